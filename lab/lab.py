@@ -1,0 +1,865 @@
+#!/usr/bin/env python3
+"""The lab: Debian bookworm hosts booted with systemd-nspawn, one per inventory host.
+
+Each host is a real systemd system (PID 1 in its own PID namespace) with sshd on its own port on 127.0.0.1,
+sharing this machine's network. Its "hardware" is a GPU spec (lab/specs/<lab_gpu_spec>.json) copied to
+/etc/fake-nvml/spec.json plus a fake sysfs tree with each GPU's numa_node. The fake driver library is not put
+there: the provision stage installs it from the lab's apt repository (build/repo/, served over HTTP by `up`).
+
+    lab.py [-i INVENTORY_DIR] up|down|status|ssh-config
+
+State lives in .lab/<inventory basename>/ (pid files, each host's disk as an overlayfs upper dir over the
+cached rootfs); the ssh key in .lab/ssh/. The rootfs is built once with debootstrap and cached under
+/var/cache/topolaunch/. Needs root (mount, systemd-nspawn). Python stdlib + PyYAML only.
+"""
+import argparse
+import concurrent.futures
+import contextlib
+import fcntl
+import glob
+import hashlib
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPECS_DIR = os.path.join(ROOT, "lab", "specs")
+STATE_ROOT = os.path.join(ROOT, ".lab")
+SSH_KEY = os.path.join(STATE_ROOT, "ssh", "id_ed25519")
+REPO_DIR = os.path.join(ROOT, "build", "repo")
+CACHE_DIR = os.environ.get("TOPOLAUNCH_CACHE", "/var/cache/topolaunch")
+DEFAULT_INVENTORY = os.path.join(ROOT, "inventory", "lab")
+DEFAULT_REPO_PORT = 18080
+
+SUITE = "bookworm"
+# What a fresh Debian cloud VM has that Ansible and our roles need; nothing GPU-related (the provision stage
+# installs the driver stand-in from the lab repository, as it installs the real driver in the field).
+PACKAGES = sorted([
+    "ca-certificates", "curl", "dbus", "gnupg", "iproute2", "kmod", "less", "openssh-server", "procps",
+    "python3", "python3-apt", "sudo", "systemd", "systemd-sysv",
+])
+# Bump when the configuration applied to the rootfs after debootstrap changes (it is part of the cache key).
+ROOTFS_REVISION = 1
+
+BOOT_TIMEOUT = 90.0
+POWEROFF_TIMEOUT = 30.0
+SIGNAL_TIMEOUT = 10.0
+POLL = 0.2
+HOSTNAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+BUS_ID_RE = re.compile(r"^([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+
+
+class LabError(Exception):
+    """A failure with a message for the operator (no traceback)."""
+
+
+_LOG_LOCK = threading.Lock()
+
+
+def log(msg):
+    """One line of progress; hosts boot and stop in threads, so lines are written whole."""
+    with _LOG_LOCK:
+        sys.stdout.write(msg + "\n")
+        sys.stdout.flush()
+
+
+def wait_for(condition, timeout, what):
+    """Poll condition() until it returns a truthy value; LabError naming `what` after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise LabError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(POLL)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Inventory
+
+
+def _read_yaml(path):
+    with open(path, encoding="utf-8") as f:
+        data = yaml.safe_load(f)
+    return data or {}
+
+
+def _vars_from(path_base):
+    """Variables of group_vars/<g> or host_vars/<h>: a file (.yml/.yaml) or a directory of them."""
+    merged = {}
+    for candidate in (path_base + ".yml", path_base + ".yaml"):
+        if os.path.isfile(candidate):
+            merged.update(_read_yaml(candidate))
+    if os.path.isdir(path_base):
+        for f in sorted(glob.glob(os.path.join(path_base, "*.yml")) + glob.glob(os.path.join(path_base, "*.yaml"))):
+            merged.update(_read_yaml(f))
+    return merged
+
+
+class Host:
+    def __init__(self, name, port, spec_name, spec_path):
+        self.name = name
+        self.port = port
+        self.spec_name = spec_name
+        self.spec_path = spec_path
+        self.spec_bytes = b""
+        self.sysfs = {}
+
+    def __repr__(self):
+        return f"Host({self.name}:{self.port} {self.spec_name})"
+
+
+class Lab:
+    """One inventory's lab: its hosts, state dir and repository server."""
+
+    def __init__(self, inventory_dir):
+        self.inventory_dir = os.path.abspath(inventory_dir)
+        if not os.path.isdir(self.inventory_dir):
+            raise LabError(f"inventory directory {inventory_dir!r} does not exist")
+        self.name = os.path.basename(self.inventory_dir.rstrip("/"))
+        if not HOSTNAME_RE.match(self.name):
+            raise LabError(f"inventory directory name {self.name!r} must be a valid host name part "
+                           "(lower-case letters, digits, '-'): it names the lab's machines")
+        self.state_dir = os.path.join(STATE_ROOT, self.name)
+        self.hosts, group_all = self._parse_inventory()
+        port = group_all.get("lab_repo_port", DEFAULT_REPO_PORT)
+        if not isinstance(port, int) or not 1 <= port <= 65535:
+            raise LabError(f"lab_repo_port {port!r} in inventory {inventory_dir} is not a port number")
+        self.repo_port = port
+
+    def machine(self, host):
+        return f"tl-{self.name}-{host}"
+
+    def host_dir(self, host):
+        return os.path.join(self.state_dir, "hosts", host)
+
+    def _parse_inventory(self):
+        files = sorted(glob.glob(os.path.join(self.inventory_dir, "*.yml"))
+                       + glob.glob(os.path.join(self.inventory_dir, "*.yaml")))
+        if not files:
+            raise LabError(f"inventory {self.inventory_dir} has no hosts.yml")
+        # host -> (list of group names from the outside in, inline host vars); group -> inline vars
+        host_groups, host_inline, group_inline = {}, {}, {}
+
+        def walk(group, body, parents):
+            body = body or {}
+            if not isinstance(body, dict):
+                raise LabError(f"inventory group {group!r} is not a mapping")
+            group_inline.setdefault(group, {}).update(body.get("vars") or {})
+            chain = parents + [group]
+            for h, hv in (body.get("hosts") or {}).items():
+                host_groups.setdefault(h, [])
+                for g in chain:
+                    if g not in host_groups[h]:
+                        host_groups[h].append(g)
+                host_inline.setdefault(h, {}).update(hv or {})
+            for child, cbody in (body.get("children") or {}).items():
+                walk(child, cbody, chain)
+
+        for f in files:
+            data = _read_yaml(f)
+            if not isinstance(data, dict):
+                raise LabError(f"{f} is not a YAML inventory (a mapping of groups)")
+            for group, body in data.items():
+                walk(group, body, [] if group == "all" else ["all"])
+
+        group_all = dict(_vars_from(os.path.join(self.inventory_dir, "group_vars", "all")))
+        group_all.update(group_inline.get("all", {}))
+        hosts, ports = [], {}
+        for h in sorted(host_groups):
+            if not HOSTNAME_RE.match(h):
+                raise LabError(f"lab host name {h!r} is not a valid host name (lower-case letters, digits, '-')")
+            hvars = {}
+            for g in host_groups[h]:
+                hvars.update(_vars_from(os.path.join(self.inventory_dir, "group_vars", g)))
+                hvars.update(group_inline.get(g, {}))
+            hvars.update(host_inline.get(h, {}))
+            hvars.update(_vars_from(os.path.join(self.inventory_dir, "host_vars", h)))
+            port = hvars.get("ansible_port")
+            if not isinstance(port, int) or not 1024 <= port <= 65535:
+                raise LabError(f"lab host {h}: ansible_port {port!r} must be a port number 1024-65535")
+            if port in ports:
+                raise LabError(f"lab hosts {ports[port]} and {h} both use ansible_port {port}")
+            ports[port] = h
+            spec = hvars.get("lab_gpu_spec")
+            if not isinstance(spec, str) or not spec:
+                raise LabError(f"lab host {h}: lab_gpu_spec {spec!r} must name a spec in lab/specs (without .json)")
+            if "/" in spec:  # a path to a spec file, relative to the inventory directory
+                spec_path = os.path.join(self.inventory_dir, spec)
+            else:
+                spec_path = os.path.join(SPECS_DIR, spec + ".json")
+            hosts.append(Host(h, port, spec, spec_path))
+        if not hosts:
+            raise LabError(f"inventory {self.inventory_dir} defines no hosts")
+        for h in hosts:
+            if len(self.machine(h.name)) > 64:
+                raise LabError(f"machine name {self.machine(h.name)!r} is longer than 64 characters: "
+                               "shorten the inventory directory or host name")
+        return hosts, group_all
+
+
+# --------------------------------------------------------------------------------------------------------------
+# GPU spec -> files in the host
+
+
+def sysfs_bus_id(bus_id):
+    """NVML bus id ("00000000:01:00.0") -> sysfs directory name ("0000:01:00.0")."""
+    m = BUS_ID_RE.match(bus_id) if isinstance(bus_id, str) else None
+    if not m:
+        raise ValueError(f"pci_bus_id {bus_id!r} is not DOMAIN:BUS:DEVICE.FUNCTION")
+    domain, bus, dev, fn = m.groups()
+    return f"{int(domain, 16):04x}:{bus.lower()}:{dev.lower()}.{fn}"
+
+
+def spec_files(spec_path):
+    """Read and check a spec; return (spec bytes, {sysfs relative path: content})."""
+    if not os.path.isfile(spec_path):
+        raise LabError(f"GPU spec {spec_path} does not exist")
+    with open(spec_path, "rb") as f:
+        raw = f.read()
+    try:
+        spec = json.loads(raw)
+    except ValueError as e:
+        raise LabError(f"GPU spec {spec_path} is not valid JSON: {e}") from e
+    gpus = spec.get("gpus") if isinstance(spec, dict) else None
+    if not isinstance(gpus, list) or not gpus:
+        raise LabError(f"GPU spec {spec_path}: 'gpus' must be a non-empty list")
+    files = {}
+    for i, gpu in enumerate(gpus):
+        where = f"GPU spec {spec_path}: gpus[{i}]"
+        if not isinstance(gpu, dict):
+            raise LabError(f"{where} is not a mapping")
+        try:
+            bus = sysfs_bus_id(gpu.get("pci_bus_id"))
+        except ValueError as e:
+            raise LabError(f"{where}.{e}") from e
+        numa = gpu.get("sysfs_numa_node", gpu.get("numa_node"))
+        if isinstance(numa, bool) or not isinstance(numa, int) or numa < -1:
+            raise LabError(f"{where}: sysfs_numa_node/numa_node {numa!r} must be an integer >= -1")
+        rel = f"bus/pci/devices/{bus}/numa_node"
+        if rel in files:
+            raise LabError(f"{where}: pci_bus_id {gpu['pci_bus_id']} appears twice")
+        files[rel] = f"{numa}\n"
+    return raw, files
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Processes, mounts
+
+
+def proc_starttime(pid):
+    """Field 22 of /proc/<pid>/stat, or None when the pid is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
+
+
+def alive(rec):
+    """Is the process recorded as {pid, starttime} still the one we started?"""
+    return bool(rec) and proc_starttime(rec["pid"]) == rec["starttime"]
+
+
+def read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def write_file(path, data, mode=0o644):
+    """Write atomically (temp name, rename); data is str or bytes."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def write_json(path, data):
+    write_file(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def mounts_under(path):
+    """Mount points at or below path (deepest first), from /proc/self/mountinfo."""
+    path = os.path.realpath(path)
+    found = []
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        for line in f:
+            mp = line.split()[4].encode().decode("unicode_escape")
+            if mp == path or mp.startswith(path + "/"):
+                found.append(mp)
+    return sorted(found, key=len, reverse=True)
+
+
+def processes_rooted_under(path):
+    """pids whose root directory is at or below path (container processes of our hosts)."""
+    path = os.path.realpath(path)
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            root = os.readlink(f"/proc/{entry}/root")
+        except OSError:
+            continue
+        if root == path or root.startswith(path + "/"):
+            pids.append(int(entry))
+    return pids
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, check=False, text=True, capture_output=True, **kw)
+
+
+def stop_process(rec, what, timeout=SIGNAL_TIMEOUT):
+    """SIGTERM the process we recorded (by pid, checked against its start time), then SIGKILL after timeout."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if not alive(rec):
+            return
+        log(f"  {what}: sending {sig.name} to pid {rec['pid']}")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(rec["pid"], sig)
+        try:
+            wait_for(lambda: not alive(rec), timeout, f"{what} (pid {rec['pid']}) to exit after {sig.name}")
+        except LabError as e:
+            if sig == signal.SIGKILL:
+                raise
+            log(f"  {what}: {e}")
+
+
+def port_in_use(port):
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Rootfs (debootstrap, cached)
+
+
+def apt_mirrors():
+    """(debian mirror, security mirror) from this machine's apt sources; deb.debian.org when none is found."""
+    main, security = None, None
+    entries = []  # (uri, suites)
+    for path in ["/etc/apt/sources.list"] + sorted(glob.glob("/etc/apt/sources.list.d/*")):
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError:
+            continue
+        if path.endswith(".sources"):
+            for stanza in re.split(r"\n\s*\n", text):
+                fields = {}
+                for line in stanza.splitlines():
+                    if ":" in line and not line.lstrip().startswith("#"):
+                        k, v = line.split(":", 1)
+                        fields[k.strip().lower()] = v.split()
+                if "deb" in fields.get("types", []):
+                    entries += [(u, fields.get("suites", [])) for u in fields.get("uris", [])]
+        else:
+            for line in text.splitlines():
+                parts = re.sub(r"\[[^]]*\]", "", line).split()
+                if len(parts) >= 3 and parts[0] == "deb":
+                    entries.append((parts[1], [parts[2]]))
+    for uri, suites in entries:
+        if main is None and SUITE in suites:
+            main = uri
+        if security is None and f"{SUITE}-security" in suites:
+            security = uri
+    return main or "http://deb.debian.org/debian", security or "http://deb.debian.org/debian-security"
+
+
+def rootfs_path():
+    key = json.dumps({"suite": SUITE, "packages": PACKAGES, "revision": ROOTFS_REVISION}, sort_keys=True)
+    return os.path.join(CACHE_DIR, f"rootfs-{SUITE}-{hashlib.sha256(key.encode()).hexdigest()[:12]}")
+
+
+def ensure_rootfs():
+    """The cached rootfs, built with debootstrap into a temp dir and renamed when complete."""
+    final = rootfs_path()
+    if os.path.isdir(final):
+        return final
+    os.makedirs(CACHE_DIR, exist_ok=True)
+    with open(os.path.join(CACHE_DIR, ".build.lock"), "w", encoding="utf-8") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log("rootfs: another lab.py is building it; waiting for its lock")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.isdir(final):
+            return final
+        for stale in glob.glob(final + ".tmp-*"):
+            log(f"rootfs: removing half-built {stale}")
+            shutil.rmtree(stale)
+        tmp = f"{final}.tmp-{os.getpid()}"
+        mirror, security = apt_mirrors()
+        log(f"rootfs: debootstrap {SUITE} from {mirror} into {tmp} (about a minute)")
+        t0 = time.monotonic()
+        cmd = ["debootstrap", "--variant=minbase", "--include=" + ",".join(PACKAGES), SUITE, tmp, mirror]
+        proc = subprocess.run(cmd, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if proc.returncode != 0:
+            tail = "\n".join(proc.stdout.splitlines()[-20:])
+            raise LabError(f"debootstrap failed (exit {proc.returncode}); the half-built {tmp} is left for "
+                           f"inspection and removed by the next build:\n{tail}")
+        configure_rootfs(tmp, mirror, security)
+        os.rename(tmp, final)
+        log(f"rootfs: ready at {final} ({time.monotonic() - t0:.0f} s)")
+    return final
+
+
+def configure_rootfs(root, mirror, security):
+    """Make the debootstrapped tree look like a fresh Debian cloud VM (per-host bits are added per host)."""
+    for f in ("etc/apt/sources.list",):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(root, f))
+    write_file(os.path.join(root, "etc/apt/sources.list.d/debian.sources"),
+               f"Types: deb\nURIs: {mirror}\nSuites: {SUITE} {SUITE}-updates\nComponents: main\n"
+               "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n"
+               f"Types: deb\nURIs: {security}\nSuites: {SUITE}-security\nComponents: main\n"
+               "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
+    # Root logs in with the lab key only; the listen address and port are per host (10-lab-listen.conf).
+    write_file(os.path.join(root, "etc/ssh/sshd_config.d/50-lab-auth.conf"),
+               "PermitRootLogin prohibit-password\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n")
+    # Host keys and machine id are per host: each host gets its own.
+    for key in glob.glob(os.path.join(root, "etc/ssh/ssh_host_*")):
+        os.unlink(key)
+    write_file(os.path.join(root, "etc/machine-id"), "")
+    write_file(os.path.join(root, "etc/fstab"), "# lab host: the root is an overlay set up by lab.py\n")
+    proc = run(["chroot", root, "apt-get", "clean"])
+    if proc.returncode != 0:
+        raise LabError(f"apt-get clean in the new rootfs failed: {proc.stderr.strip()}")
+    for need in ("sbin/init", "usr/bin/python3", "usr/sbin/sshd", "usr/bin/systemctl"):
+        if not os.path.exists(os.path.join(root, need)):
+            raise LabError(f"the new rootfs {root} lacks /{need}: debootstrap did not install what we asked for")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# ssh
+
+
+def ensure_ssh_key():
+    if not os.path.isfile(SSH_KEY):
+        os.makedirs(os.path.dirname(SSH_KEY), mode=0o700, exist_ok=True)
+        proc = run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "topolaunch-lab", "-f", SSH_KEY])
+        if proc.returncode != 0:
+            raise LabError(f"ssh-keygen failed: {proc.stderr.strip()}")
+        log(f"ssh: generated the lab key {SSH_KEY}")
+    with open(SSH_KEY + ".pub", encoding="utf-8") as f:
+        return f.read()
+
+
+def ssh_cmd(port, *command, timeout=3):
+    return ["ssh", "-F", "/dev/null", "-i", SSH_KEY, "-p", str(port), "-o", "BatchMode=yes",
+            "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+            "-o", "LogLevel=ERROR", "-o", f"ConnectTimeout={timeout}", "root@127.0.0.1", *command]
+
+
+def system_state(port):
+    """What `systemctl is-system-running` answers over ssh, or None when ssh does not answer."""
+    try:
+        proc = run(ssh_cmd(port, "systemctl", "is-system-running"), timeout=15)
+    except subprocess.TimeoutExpired:
+        return None
+    if proc.returncode == 255:  # ssh itself failed
+        return None
+    return proc.stdout.strip() or None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Host lifecycle
+
+
+class HostRuntime:
+    """A host's state files: .lab/<inventory>/hosts/<host>/{upper,work,root,host.json,console.log}."""
+
+    def __init__(self, lab, name):
+        self.lab = lab
+        self.name = name
+        self.dir = lab.host_dir(name)
+        self.upper = os.path.join(self.dir, "upper")
+        self.work = os.path.join(self.dir, "work")
+        self.root = os.path.join(self.dir, "root")
+        self.state_file = os.path.join(self.dir, "host.json")
+        self.console = os.path.join(self.dir, "console.log")
+        self.machine = lab.machine(name)
+
+    def state(self):
+        return read_json(self.state_file) or {}
+
+    def process(self):
+        return self.state().get("nspawn")
+
+    def running(self):
+        return alive(self.process())
+
+    def mounted(self):
+        return os.path.realpath(self.root) in mounts_under(self.root)
+
+    def mount(self, rootfs):
+        st = self.state()
+        if st.get("rootfs") not in (None, rootfs) and not self.mounted():
+            log(f"{self.name}: the cached rootfs changed ({os.path.basename(st['rootfs'])} -> "
+                f"{os.path.basename(rootfs)}): resetting the host's disk")
+            for d in (self.upper, self.work):
+                if os.path.exists(d):
+                    shutil.rmtree(d)
+        for d in (self.upper, self.work, self.root):
+            os.makedirs(d, exist_ok=True)
+        if not self.mounted():
+            proc = run(["mount", "-t", "overlay", "overlay", "-o",
+                        f"lowerdir={rootfs},upperdir={self.upper},workdir={self.work}", self.root])
+            if proc.returncode != 0:
+                raise LabError(f"{self.name}: mounting the overlay root at {self.root} failed: {proc.stderr.strip()}")
+        st["rootfs"] = rootfs
+        write_json(self.state_file, st)
+
+    def configure(self, host, pubkey):
+        """Per-host files in the (mounted) root. Returns the list of what changed."""
+        changed = []
+
+        def put(rel, data, mode=0o644):
+            path = os.path.join(self.root, rel)
+            data = data.encode() if isinstance(data, str) else data
+            try:
+                with open(path, "rb") as f:
+                    if f.read() == data and (os.stat(path).st_mode & 0o7777) == mode:
+                        return
+            except FileNotFoundError:
+                pass
+            write_file(path, data, mode)
+            changed.append("/" + rel)
+
+        put("etc/hostname", host.name + "\n")
+        put("etc/hosts", f"127.0.0.1\tlocalhost\n127.0.1.1\t{host.name}\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+        put("etc/ssh/sshd_config.d/10-lab-listen.conf", f"Port {host.port}\nListenAddress 127.0.0.1\n")
+        os.makedirs(os.path.join(self.root, "root/.ssh"), mode=0o700, exist_ok=True)
+        put("root/.ssh/authorized_keys", pubkey, 0o600)
+        mid = os.path.join(self.root, "etc/machine-id")
+        if os.path.getsize(mid) == 0:
+            put("etc/machine-id", secrets.token_hex(16) + "\n", 0o444)
+        if not glob.glob(os.path.join(self.root, "etc/ssh/ssh_host_*_key")):
+            proc = run(["ssh-keygen", "-A", "-f", self.root])
+            if proc.returncode != 0:
+                raise LabError(f"{self.name}: generating ssh host keys failed: {proc.stderr.strip()}")
+            changed.append("/etc/ssh/ssh_host_*")
+        # The "hardware": spec and fake sysfs. The sysfs tree is replaced whole when it differs (a changed
+        # spec must not leave GPUs of the old one behind).
+        put("etc/fake-nvml/spec.json", host.spec_bytes)
+        sysfs = os.path.join(self.root, "etc/fake-nvml/sysfs")
+        have = {}
+        for dirpath, _dirs, files in os.walk(sysfs):
+            for fn in files:
+                p = os.path.join(dirpath, fn)
+                with open(p, encoding="utf-8") as f:
+                    have[os.path.relpath(p, sysfs)] = f.read()
+        if have != host.sysfs:
+            new = sysfs + ".new"
+            shutil.rmtree(new, ignore_errors=True)
+            for rel, content in host.sysfs.items():
+                write_file(os.path.join(new, rel), content)
+            if os.path.exists(sysfs):
+                shutil.rmtree(sysfs)
+            os.rename(new, sysfs)
+            changed.append("/etc/fake-nvml/sysfs")
+        return changed
+
+    def start(self):
+        with open(self.console, "ab") as out:
+            proc = subprocess.Popen(
+                ["systemd-nspawn", "-D", self.root, "-M", self.machine, f"--hostname={self.name}",
+                 "--register=no", "--keep-unit", "--settings=no", "--console=passive", "--boot"],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        starttime = wait_for(lambda: proc_starttime(proc.pid), 5, f"systemd-nspawn for {self.name} to start")
+        st = self.state()
+        st["nspawn"] = {"pid": proc.pid, "starttime": starttime}
+        write_json(self.state_file, st)
+        return proc
+
+    def console_tail(self, n=15):
+        try:
+            with open(self.console, encoding="utf-8", errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except FileNotFoundError:
+            return ""
+
+    def wait_ready(self, port, timeout):
+        """Wait until ssh answers and systemd says running/degraded; fail early when nspawn exits."""
+        def ready():
+            if not self.running():
+                raise LabError(f"{self.name}: systemd-nspawn exited during boot; console log {self.console}:\n"
+                               + self.console_tail())
+            return system_state(port) in ("running", "degraded") and system_state(port)
+        try:
+            return wait_for(ready, timeout, f"{self.name} to answer ssh on 127.0.0.1:{port} with "
+                                            "`systemctl is-system-running` = running or degraded")
+        except LabError as e:
+            if "timed out" in str(e):
+                raise LabError(f"{e}\nlast console lines ({self.console}):\n{self.console_tail()}") from e
+            raise
+
+    def poweroff(self, port):
+        """Ask systemd to power off over ssh (the connection may drop: that is the expected answer)."""
+        try:
+            run(ssh_cmd(port, "systemctl", "poweroff"), timeout=15)
+        except subprocess.TimeoutExpired:
+            log(f"{self.name}: `systemctl poweroff` over ssh did not return within 15 s")
+
+    def stop(self, port):
+        rec = self.process()
+        if alive(rec):
+            log(f"{self.name}: powering off (systemctl poweroff over ssh, port {port})")
+            self.poweroff(port)
+            try:
+                wait_for(lambda: not alive(rec), POWEROFF_TIMEOUT,
+                         f"{self.name}'s systemd-nspawn (pid {rec['pid']}) to exit after poweroff")
+            except LabError as e:
+                log(f"{self.name}: {e}")
+                stop_process(rec, f"{self.name} systemd-nspawn")
+            log(f"{self.name}: stopped")
+        for mp in mounts_under(self.dir):
+            proc = run(["umount", mp])
+            if proc.returncode != 0:
+                raise LabError(f"{self.name}: umount {mp} failed: {proc.stderr.strip()}")
+        st = self.state()
+        if st.pop("nspawn", None) is not None:
+            write_json(self.state_file, st)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Repository HTTP server
+
+
+class RepoServer:
+    def __init__(self, lab):
+        self.lab = lab
+        self.state_file = os.path.join(lab.state_dir, "http.json")
+        self.log_file = os.path.join(lab.state_dir, "http.log")
+
+    def state(self):
+        return read_json(self.state_file) or {}
+
+    def running(self):
+        return alive(self.state().get("process"))
+
+    def ensure(self):
+        port = self.lab.repo_port
+        st = self.state()
+        if alive(st.get("process")):
+            if st.get("port") == port and port_in_use(port):
+                log(f"repo: serving {REPO_DIR} on http://127.0.0.1:{port}/ (pid {st['process']['pid']}, reused)")
+                return
+            self.stop()
+        if port_in_use(port):
+            raise LabError(f"lab_repo_port {port}: something else already listens on 127.0.0.1:{port}")
+        os.makedirs(REPO_DIR, exist_ok=True)
+        with open(self.log_file, "ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", REPO_DIR, str(port)],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        starttime = wait_for(lambda: proc_starttime(proc.pid), 5, "the repo HTTP server process to start")
+        write_json(self.state_file, {"port": port, "process": {"pid": proc.pid, "starttime": starttime}})
+
+        def listening():
+            if proc.poll() is not None:
+                raise LabError(f"the repo HTTP server exited with {proc.returncode}; see {self.log_file}")
+            return port_in_use(port)
+        wait_for(listening, 10, f"the repo HTTP server to listen on 127.0.0.1:{port}")
+        log(f"repo: serving {REPO_DIR} on http://127.0.0.1:{port}/ (pid {proc.pid})")
+
+    def stop(self):
+        rec = self.state().get("process")
+        if alive(rec):
+            stop_process(rec, "repo HTTP server")
+            log("repo: HTTP server stopped")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.state_file)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Commands
+
+
+def need_root():
+    if os.geteuid() != 0:
+        raise LabError("lab.py needs root (it mounts overlays and runs systemd-nspawn)")
+    for tool in ("systemd-nspawn", "debootstrap", "mount", "ssh", "ssh-keygen"):
+        if shutil.which(tool) is None:
+            raise LabError(f"{tool} not found: install debootstrap, systemd-container and openssh-client")
+
+
+@contextlib.contextmanager
+def state_lock(lab):
+    os.makedirs(lab.state_dir, exist_ok=True)
+    with open(os.path.join(lab.state_dir, ".lock"), "w", encoding="utf-8") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"waiting for another lab.py working on {lab.state_dir}")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def cmd_up(lab, args):
+    t0 = time.monotonic()
+    for host in lab.hosts:  # every input is checked before anything changes
+        host.spec_bytes, host.sysfs = spec_files(host.spec_path)
+    need_root()
+    with state_lock(lab):
+        pubkey = ensure_ssh_key()
+        rootfs = ensure_rootfs()
+        RepoServer(lab).ensure()
+        booting = {}
+        for host in lab.hosts:
+            rt = HostRuntime(lab, host.name)
+            st = rt.state()
+            if rt.running() and st.get("port") != host.port:
+                log(f"{host.name}: ansible_port changed {st.get('port')} -> {host.port}: restarting")
+                rt.stop(st.get("port"))
+            if rt.running():
+                changed = rt.configure(host, pubkey)
+                if "/etc/ssh/sshd_config.d/10-lab-listen.conf" in changed:
+                    raise LabError(f"{host.name}: sshd config changed on a running host (unexpected)")
+                note = f"; updated {', '.join(changed)}" if changed else ""
+                log(f"{host.name}: running (pid {st['nspawn']['pid']}), reusing{note}")
+                booting[host.name] = (rt, host, None)
+                continue
+            if port_in_use(host.port):
+                raise LabError(f"{host.name}: ansible_port {host.port} on 127.0.0.1 is already in use by another "
+                               "process (not this lab's host, which is stopped)")
+            rt.mount(rootfs)
+            rt.configure(host, pubkey)
+            st = rt.state()
+            st.update({"port": host.port, "spec": host.spec_name, "machine": rt.machine})
+            write_json(rt.state_file, st)
+            proc = rt.start()
+            log(f"{host.name}: booting {rt.machine} (pid {proc.pid}, ssh 127.0.0.1:{host.port}, spec {host.spec_name})")
+            booting[host.name] = (rt, host, proc)
+
+        def wait(item):
+            rt, host, _proc = item
+            t = time.monotonic()
+            state = rt.wait_ready(host.port, args.timeout)
+            log(f"{host.name}: ready ({state}) after {time.monotonic() - t:.1f} s")
+            if state == "degraded":
+                failed = run(ssh_cmd(host.port, "systemctl", "--failed", "--no-legend", "--plain"), timeout=15)
+                log(f"{host.name}: warning: failed units: {failed.stdout.strip()}")
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(booting))) as pool:
+            futures = [pool.submit(wait, item) for item in booting.values()]
+            errors = [f.exception() for f in futures if f.exception()]
+        if errors:
+            raise LabError("\n".join(str(e) for e in errors))
+    log(f"lab {lab.name}: {len(lab.hosts)} host(s) up in {time.monotonic() - t0:.1f} s")
+
+
+def known_hosts(lab):
+    """Hosts of the inventory plus any host with state left from an earlier inventory."""
+    names = {h.name: h.port for h in lab.hosts}
+    for f in glob.glob(os.path.join(lab.state_dir, "hosts", "*", "host.json")):
+        name = os.path.basename(os.path.dirname(f))
+        names.setdefault(name, (read_json(f) or {}).get("port"))
+    return names
+
+
+def leftovers(lab):
+    """Everything of this lab that should not exist once it is down."""
+    left = []
+    for name in known_hosts(lab):
+        rt = HostRuntime(lab, name)
+        if alive(rt.process()):
+            left.append(f"process: {name}'s systemd-nspawn pid {rt.process()['pid']}")
+    for pid in processes_rooted_under(lab.state_dir):
+        left.append(f"process: pid {pid} has its root under {lab.state_dir}")
+    left += [f"mount: {mp}" for mp in mounts_under(lab.state_dir)]
+    veth_prefixes = tuple(("ve-" + lab.machine(n))[:12] for n in known_hosts(lab))
+    left += [f"veth: {i}" for i in os.listdir("/sys/class/net") if i.startswith(veth_prefixes)]
+    if RepoServer(lab).running():
+        left.append(f"process: repo HTTP server pid {RepoServer(lab).state()['process']['pid']}")
+    return left
+
+
+def cmd_down(lab, args):
+    need_root()
+    if not os.path.isdir(lab.state_dir):
+        log(f"lab {lab.name}: nothing to stop")
+        return
+    with state_lock(lab):
+        hosts = known_hosts(lab)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
+            futures = [pool.submit(HostRuntime(lab, n).stop, p) for n, p in hosts.items()]
+            errors = [f.exception() for f in futures if f.exception()]
+        RepoServer(lab).stop()
+        left = leftovers(lab)
+        if errors or left:
+            raise LabError("lab-down left things behind:\n  " + "\n  ".join([str(e) for e in errors] + left))
+        if args.purge:
+            for name in hosts:
+                shutil.rmtree(HostRuntime(lab, name).dir)
+            log(f"lab {lab.name}: host disks removed")
+    log(f"lab {lab.name}: down; no process, mount or veth left")
+
+
+def cmd_status(lab, _args):
+    repo = RepoServer(lab)
+    print(f"lab {lab.name} (state {lab.state_dir})")
+    print(f"  repo http://127.0.0.1:{lab.repo_port}/ {'serving' if repo.running() else 'stopped'}")
+    print(f"  {'host':12} {'machine':28} {'state':8} {'port':6} spec")
+    inventory = {h.name: h for h in lab.hosts}
+    for name in sorted(known_hosts(lab)):
+        rt = HostRuntime(lab, name)
+        h = inventory.get(name)
+        st = rt.state()
+        port = h.port if h else st.get("port")
+        spec = h.spec_name if h else f"{st.get('spec')} (not in inventory)"
+        state = "running" if rt.running() else "stopped"
+        print(f"  {name:12} {rt.machine:28} {state:8} {port!s:6} {spec}")
+
+
+def cmd_ssh_config(lab, _args):
+    for h in lab.hosts:
+        print(f"Host {h.name} {HostRuntime(lab, h.name).machine}\n  HostName 127.0.0.1\n  Port {h.port}\n  User root\n"
+              f"  IdentityFile {SSH_KEY}\n  IdentitiesOnly yes\n  StrictHostKeyChecking no\n"
+              "  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-i", "--inventory", default=DEFAULT_INVENTORY,
+                        help="lab inventory directory (default inventory/lab); state in .lab/<its basename>/")
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="boot the inventory's hosts (reuses running ones), serve build/repo")
+    up.add_argument("--timeout", type=float, default=BOOT_TIMEOUT, help="seconds to wait for each host")
+    down = sub.add_parser("down", help="stop every host and the repo server; verify nothing is left")
+    down.add_argument("--purge", action="store_true", help="also delete the hosts' disks (overlay upper dirs)")
+    sub.add_parser("status", help="each host: running or not, port, spec")
+    sub.add_parser("ssh-config", help="print an ssh_config for the hosts")
+    args = parser.parse_args(argv)
+    commands = {"up": cmd_up, "down": cmd_down, "status": cmd_status, "ssh-config": cmd_ssh_config}
+    try:
+        commands[args.command](Lab(args.inventory), args)
+    except LabError as e:
+        print(f"lab.py {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
