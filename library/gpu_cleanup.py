@@ -1,0 +1,173 @@
+#!/usr/bin/python
+"""Ansible module gpu_cleanup: stop what is left of our SGLang server on our GPUs (logic in module_utils)."""
+
+DOCUMENTATION = r"""
+module: gpu_cleanup
+short_description: Stop our leftover processes on our GPUs, never anyone else's
+description:
+  - Finds the processes that hold memory on our GPUs (NVML compute processes) or listen on our port.
+  - Ours are processes in our systemd unit's cgroup or running as our service user. SGLang's process titles
+    (C(sglang::*), C(sglang.launch_server)) are reported, but another user's SGLang is not ours.
+  - A foreign process on one of our GPUs or on our port fails the task before anything is signalled, naming its
+    pid, user, command line and GPU, unless I(stop_foreign) is true. Processes on other GPUs are never touched.
+  - Ours get SIGTERM, then SIGKILL after I(term_timeout); then the module waits until NVML lists no process on our
+    GPUs, their used memory is at most I(memory_threshold_mib) and the port is closed.
+  - The GPUs of the plan the unit currently runs (I(current_plan_path)) are added to I(gpu_indices), its port to I(ports).
+  - Runs under the tools python (nvidia-ml-py). In check mode it reports what it would stop and stops nothing.
+options:
+  gpu_indices:
+    description: NVML indices of the GPUs of the new plan.
+    type: list
+    elements: int
+    default: []
+  current_plan_path:
+    description: JSON plan the unit runs now (its gpu_indices and port are added). Missing file = nothing added.
+    type: path
+    default: /var/lib/topolaunch/current_plan.json
+  service_user:
+    description: The user our server runs as.
+    type: str
+    default: sglang
+  unit_name:
+    description: Our systemd unit; processes in its cgroup are ours.
+    type: str
+    default: topolaunch-sglang.service
+  title_prefixes:
+    description: Process title prefixes of SGLang's children (reported in the result).
+    type: list
+    elements: str
+    default: ["sglang::"]
+  cmdline_markers:
+    description: Strings in the command line that mark an SGLang launcher (reported in the result).
+    type: list
+    elements: str
+    default: ["sglang.launch_server"]
+  ports:
+    description: TCP ports our server listens on; a listener on them must go away too.
+    type: list
+    elements: int
+    default: []
+  term_timeout:
+    description: Seconds to wait after SIGTERM before SIGKILL.
+    type: float
+    default: 30
+  kill_timeout:
+    description: Seconds to wait after SIGKILL before failing.
+    type: float
+    default: 10
+  release_timeout:
+    description: Seconds to wait for the GPUs to show no process and baseline memory, and the port to close.
+    type: float
+    default: 60
+  poll_interval:
+    description: Seconds between two looks while waiting.
+    type: float
+    default: 0.2
+  stop_foreign:
+    description: Also stop processes of other users that hold our GPUs or our port.
+    type: bool
+    default: false
+  memory_threshold_mib:
+    description: A GPU with no process counts as released when its used memory is at most this (driver baseline).
+    type: int
+    default: 2048
+author: topolaunch
+"""
+
+EXAMPLES = r"""
+- name: Stop what is left on our GPUs
+  gpu_cleanup:
+    gpu_indices: [0, 1, 2, 3, 4, 5, 6, 7]
+    ports: [30000]
+    service_user: sglang
+  vars:
+    ansible_python_interpreter: /opt/topolaunch/tools/bin/python
+"""
+
+RETURN = r"""
+stopped:
+  description: Processes stopped, with what ended each (SIGTERM, SIGKILL, or exited before we signalled it).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{pid: 4242, user: sglang, title: "sglang::scheduler_PP0_TP0", cmdline: "sglang::scheduler_PP0_TP0",
+            gpus: {"0": 93000000000}, ports: [], ours: true, reasons: [service user, sglang title],
+            signal: SIGTERM, ended_after_s: 0.4}]
+would_stop:
+  description: In check mode, the processes that would be stopped.
+  returned: always
+  type: list
+  elements: dict
+left_alone:
+  description: Processes on GPUs that are not ours (never touched), for the record.
+  returned: always
+  type: list
+  elements: dict
+gpu_indices:
+  description: The GPUs cleaned (the plan's and the running plan's).
+  returned: always
+  type: list
+  elements: int
+ports:
+  description: The ports that had to close.
+  returned: always
+  type: list
+  elements: int
+running_plan:
+  description: The state file whose GPUs and port were added, or null.
+  returned: always
+  type: str
+gpus:
+  description: Used memory of our GPUs before and after.
+  returned: success
+  type: list
+  elements: dict
+elapsed_s:
+  description: Seconds the whole cleanup took.
+  returned: success
+  type: float
+summary:
+  description: One line saying what was stopped and how long it took.
+  returned: success
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.topolaunch.cleanup import CleanupError, cleanup
+from ansible.module_utils.topolaunch.topology import TopologyError, import_nvml
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "gpu_indices": {"type": "list", "elements": "int", "default": []},
+            "current_plan_path": {"type": "path", "default": "/var/lib/topolaunch/current_plan.json"},
+            "service_user": {"type": "str", "default": "sglang"},
+            "unit_name": {"type": "str", "default": "topolaunch-sglang.service"},
+            "title_prefixes": {"type": "list", "elements": "str", "default": ["sglang::"]},
+            "cmdline_markers": {"type": "list", "elements": "str", "default": ["sglang.launch_server"]},
+            "ports": {"type": "list", "elements": "int", "default": []},
+            "term_timeout": {"type": "float", "default": 30},
+            "kill_timeout": {"type": "float", "default": 10},
+            "release_timeout": {"type": "float", "default": 60},
+            "poll_interval": {"type": "float", "default": 0.2},
+            "stop_foreign": {"type": "bool", "default": False},
+            "memory_threshold_mib": {"type": "int", "default": 2048},
+        },
+        supports_check_mode=True,
+    )
+    try:
+        nvml = import_nvml()
+    except TopologyError as exc:
+        module.fail_json(msg=str(exc))
+    try:
+        result = cleanup(dict(module.params), nvml, check_mode=module.check_mode)
+    except CleanupError as exc:
+        module.fail_json(msg=str(exc), **exc.result)
+    except nvml.NVMLError as exc:
+        module.fail_json(msg="NVML failed while cleaning GPUs %s: %s" % (module.params["gpu_indices"], exc))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

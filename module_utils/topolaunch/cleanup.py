@@ -1,0 +1,448 @@
+"""Stop what is left of our SGLang server on our GPUs, and nothing else.
+
+`cleanup(opts, nvml, check_mode)` is the logic of the `gpu_cleanup` module. It runs after systemd stopped our
+unit (whose cgroup holds the whole process tree) and deals with what escaped it: schedulers re-parented to PID 1
+after their launcher died (sgl-project/sglang#23627), a server started by hand as the service user, a launcher
+that still listens on our port.
+
+1. Find the processes that hold memory on *our* GPUs (NVML compute processes) or listen on our port(s).
+2. Classify each one. Ours: in our unit's cgroup, or running as our service user (a process with SGLang's
+   titles, `sglang::*` or `sglang.launch_server` in its command line, is reported as such but still has to run
+   as our service user: another user's SGLang is not ours). Everything else is foreign. A foreign process on one
+   of our GPUs or on our port fails the run before anything is signalled, naming pid, user, command line and GPU,
+   unless `stop_foreign` is set. Processes on other GPUs are never looked at beyond being listed.
+3. SIGTERM ours, wait until they are gone (deadline `term_timeout`), SIGKILL the survivors (deadline
+   `kill_timeout`).
+4. Wait until NVML lists no process on our GPUs, their used memory is at or below `memory_threshold_mib`,
+   and nothing listens on our port(s) (deadline `release_timeout`). Every timeout says what it waited for.
+
+Processes are identified by (pid, starttime) so that a reused pid is never signalled; signals go through a
+pidfd where the kernel has them. Plain Python 3.9+ stdlib; NVML only through the `nvml` argument (pynvml or
+anything with the same functions), /proc through `proc_root`.
+"""
+import json
+import os
+import pwd
+import signal
+import time
+
+__all__ = ["CleanupError", "cleanup", "classify", "in_unit_cgroup", "read_process", "listening_inodes",
+           "port_holders", "gpu_holders", "union_with_current_plan", "DEFAULTS"]
+
+DEFAULTS = {
+    "gpu_indices": [],
+    "current_plan_path": "/var/lib/topolaunch/current_plan.json",
+    "service_user": "sglang",
+    "unit_name": "topolaunch-sglang.service",
+    "title_prefixes": ["sglang::"],
+    "cmdline_markers": ["sglang.launch_server"],
+    "ports": [],
+    "term_timeout": 30.0,
+    "kill_timeout": 10.0,
+    "release_timeout": 60.0,
+    "poll_interval": 0.2,
+    "stop_foreign": False,
+    "memory_threshold_mib": 2048,
+}
+MIB = 1024 * 1024
+TCP_LISTEN = "0A"            # st column of /proc/net/tcp{,6}
+MAX_ROUNDS = 5               # find-and-stop passes (a process may start while we stop the others)
+
+
+class CleanupError(Exception):
+    """A failure the user must act on; `result` carries what was done before it happened."""
+
+    def __init__(self, msg, result=None):
+        super().__init__(msg)
+        self.result = result or {}
+
+
+# ---------------------------------------------------------------------------------------------------- /proc
+
+def _read(path, mode="r"):
+    try:
+        with open(path, mode) as f:
+            return f.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
+        return None
+
+
+def _stat_fields(pid, proc_root):
+    """(state, starttime) from /proc/<pid>/stat, or None when the pid does not exist."""
+    text = _read(os.path.join(proc_root, str(pid), "stat"))
+    if text is None:
+        return None
+    # comm (field 2) may contain spaces and parentheses: split after the last ')'.
+    rest = text[text.rfind(")") + 2:].split()
+    return rest[0], rest[19]
+
+
+def _user_name(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def read_process(pid, proc_root="/proc"):
+    """What /proc says about a pid: dict with pid, starttime, state, uid, user, cmdline, title, cgroup; or None."""
+    st = _stat_fields(pid, proc_root)
+    status = _read(os.path.join(proc_root, str(pid), "status"))
+    if st is None or status is None:
+        return None
+    uid = None
+    for line in status.splitlines():
+        if line.startswith("Uid:"):
+            uid = int(line.split()[1])           # real uid
+            break
+    raw = _read(os.path.join(proc_root, str(pid), "cmdline"), "rb") or b""
+    argv = [a.decode("utf-8", "replace") for a in raw.split(b"\0")]
+    while argv and argv[-1] == "":
+        argv.pop()
+    comm = (_read(os.path.join(proc_root, str(pid), "comm")) or "").strip()
+    # setproctitle writes the title over argv[0] (padded with spaces or NULs).
+    title = argv[0].strip() if argv else comm
+    return {
+        "pid": pid,
+        "starttime": st[1],
+        "state": st[0],
+        "uid": uid,
+        "user": _user_name(uid) if uid is not None else "?",
+        "cmdline": " ".join(a.strip() for a in argv) if argv else "[%s]" % comm,
+        "title": title,
+        "cgroup": _read(os.path.join(proc_root, str(pid), "cgroup")) or "",
+    }
+
+
+def _alive(pid, starttime, proc_root):
+    """True while this very process (same starttime) exists and is not a zombie."""
+    st = _stat_fields(pid, proc_root)
+    return st is not None and st[1] == starttime and st[0] not in ("Z", "X")
+
+
+def in_unit_cgroup(cgroup_text, unit_name):
+    """True when any hierarchy in a /proc/<pid>/cgroup text places the process in unit_name (v1 or v2)."""
+    for line in cgroup_text.splitlines():
+        path = line.split(":", 2)[-1]
+        if unit_name in path.split("/"):
+            return True
+    return False
+
+
+def classify(info, unit_name, service_uid, title_prefixes, cmdline_markers):
+    """(ours, reasons): reasons are the words of the report ('unit cgroup', 'service user', 'sglang title')."""
+    reasons = []
+    if in_unit_cgroup(info["cgroup"], unit_name):
+        reasons.append("unit cgroup")
+    own_user = service_uid is not None and info["uid"] == service_uid
+    if own_user:
+        reasons.append("service user")
+    if any(info["title"].startswith(p) for p in title_prefixes) or any(m in info["cmdline"] for m in cmdline_markers):
+        reasons.append("sglang title")
+    ours = "unit cgroup" in reasons or own_user
+    return ours, reasons
+
+
+# ---------------------------------------------------------------------------------------------------- port
+
+def listening_inodes(port, proc_root="/proc"):
+    """Socket inodes listening on TCP `port` (IPv4 and IPv6) in our network namespace."""
+    inodes = set()
+    for name in ("tcp", "tcp6"):
+        text = _read(os.path.join(proc_root, "net", name)) or ""
+        for line in text.splitlines()[1:]:
+            cols = line.split()
+            if len(cols) > 9 and cols[3] == TCP_LISTEN and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(cols[9])
+    return inodes
+
+
+def port_holders(port, proc_root="/proc"):
+    """Pids with an open fd on a socket that listens on `port`."""
+    inodes = listening_inodes(port, proc_root)
+    if not inodes:
+        return []
+    wanted = {"socket:[%s]" % i for i in inodes}
+    pids = []
+    for entry in os.listdir(proc_root):
+        if not entry.isdigit():
+            continue
+        fd_dir = os.path.join(proc_root, entry, "fd")
+        try:
+            fds = os.listdir(fd_dir)
+        except (FileNotFoundError, PermissionError, NotADirectoryError):
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(os.path.join(fd_dir, fd)) in wanted:
+                    pids.append(int(entry))
+                    break
+            except OSError:
+                continue
+    return sorted(pids)
+
+
+# ---------------------------------------------------------------------------------------------------- NVML
+
+def gpu_holders(nvml, handles):
+    """{pid: {gpu index: used bytes}} of the NVML compute processes on the given {index: handle}."""
+    found = {}
+    for index, handle in handles.items():
+        for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            used = p.usedGpuMemory if isinstance(p.usedGpuMemory, int) else 0   # None when not available
+            found.setdefault(int(p.pid), {})[index] = used
+    return found
+
+
+def _used_bytes(nvml, handle):
+    return int(nvml.nvmlDeviceGetMemoryInfo(handle).used)
+
+
+def union_with_current_plan(gpu_indices, ports, current_plan_path):
+    """Add the GPUs and port of the plan the unit currently runs (if its state file exists)."""
+    gpus, prts = set(gpu_indices), set(ports)
+    source = None
+    if current_plan_path and os.path.exists(current_plan_path):
+        try:
+            with open(current_plan_path) as f:
+                plan = json.load(f)
+        except (OSError, ValueError) as exc:
+            raise CleanupError("cannot read the running plan %s: %s (remove it if the server it describes is gone)"
+                               % (current_plan_path, exc)) from exc
+        gpus.update(int(i) for i in plan.get("gpu_indices") or [])
+        if plan.get("port"):
+            prts.add(int(plan["port"]))
+        source = current_plan_path
+    return sorted(gpus), sorted(prts), source
+
+
+# ---------------------------------------------------------------------------------------------------- signals
+
+def _signal(pid, starttime, sig, proc_root):
+    """Send sig to pid if it is still the same process; False when it is already gone."""
+    if hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal") and proc_root == "/proc":
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return False
+        try:
+            if not _alive(pid, starttime, proc_root):     # the pidfd now pins the process we checked
+                return False
+            signal.pidfd_send_signal(fd, sig)
+            return True
+        except ProcessLookupError:
+            return False
+        finally:
+            os.close(fd)
+    if not _alive(pid, starttime, proc_root):
+        return False
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _wait_gone(victims, timeout, interval, proc_root, clock, sleep):
+    """Poll until every victim is gone or the deadline passes; mark each with `ended_after_s`. Returns survivors."""
+    start = clock()
+    deadline = start + timeout
+    left = list(victims)
+    while True:
+        still = []
+        for v in left:
+            if _alive(v["pid"], v["starttime"], proc_root):
+                still.append(v)
+            else:
+                v["ended_after_s"] = round(clock() - v["_t0"], 3)
+        left = still
+        if not left or clock() >= deadline:
+            return left
+        sleep(interval)
+
+
+def _stop(victims, opts, proc_root, clock, sleep):
+    """SIGTERM, wait, SIGKILL, wait. Each victim gets `signal` (what ended it). Raises on a process that outlives SIGKILL."""
+    t0 = clock()
+    for v in victims:
+        v["_t0"] = t0
+        v["signal"] = "SIGTERM" if _signal(v["pid"], v["starttime"], signal.SIGTERM, proc_root) else "exited"
+    survivors = _wait_gone(victims, opts["term_timeout"], opts["poll_interval"], proc_root, clock, sleep)
+    for v in survivors:
+        if _signal(v["pid"], v["starttime"], signal.SIGKILL, proc_root):
+            v["signal"] = "SIGKILL"
+    survivors = _wait_gone(survivors, opts["kill_timeout"], opts["poll_interval"], proc_root, clock, sleep)
+    if survivors:
+        raise CleanupError(
+            "timed out after %ss waiting for SIGKILLed processes to exit (SIGTERM deadline was %ss): %s. "
+            "A process stuck in the kernel (state D) usually means a hung GPU: check dmesg and nvidia-smi."
+            % (opts["kill_timeout"], opts["term_timeout"],
+               "; ".join("pid %s (%s, state %s)" % (v["pid"], v["title"], (_stat_fields(v["pid"], proc_root) or "?")[0])
+                         for v in survivors)))
+
+
+# ---------------------------------------------------------------------------------------------------- main
+
+def _describe(p):
+    gpus = ", ".join("GPU %s (%d MiB)" % (g, b // MIB) for g, b in sorted(p["gpus"].items()))
+    where = gpus or "no GPU memory"
+    if p["ports"]:
+        where += ", listening on port %s" % ", ".join(str(x) for x in p["ports"])
+    return "pid %s user %s cmdline '%s' on %s" % (p["pid"], p["user"], p["cmdline"], where)
+
+
+def _public(p):
+    return {k: v for k, v in p.items() if not k.startswith("_") and k not in ("cgroup", "starttime", "state", "uid")}
+
+
+def _validate(opts, gpu_count):
+    bad = [i for i in opts["gpu_indices"] if not isinstance(i, int) or i < 0 or i >= gpu_count]
+    if bad:
+        raise CleanupError("gpu_indices %s: this host has %d GPUs (valid indices 0-%d)" % (bad, gpu_count, gpu_count - 1))
+    bad_ports = [p for p in opts["ports"] if not isinstance(p, int) or not 0 < p < 65536]
+    if bad_ports:
+        raise CleanupError("ports %s: a port is an integer in 1-65535" % bad_ports)
+    for key in ("term_timeout", "kill_timeout", "release_timeout"):
+        if opts[key] < 0:
+            raise CleanupError("%s %s: a timeout is a number of seconds >= 0" % (key, opts[key]))
+    if opts["memory_threshold_mib"] < 0:
+        raise CleanupError("memory_threshold_mib %s: must be >= 0" % opts["memory_threshold_mib"])
+
+
+def _scan(nvml, handles, all_handles, opts, service_uid, proc_root):
+    """Holders of our GPUs/ports (with /proc info and classification) and, for the record, holders of other GPUs."""
+    ours_gpu = gpu_holders(nvml, handles)
+    by_port = {}
+    for port in opts["ports"]:
+        for pid in port_holders(port, proc_root):
+            by_port.setdefault(pid, []).append(port)
+    found = []
+    for pid in sorted(set(ours_gpu) | set(by_port)):
+        info = read_process(pid, proc_root)
+        if info is None or info["state"] in ("Z", "X"):
+            continue                                      # exited between NVML's answer and our look
+        ours, reasons = classify(info, opts["unit_name"], service_uid, opts["title_prefixes"], opts["cmdline_markers"])
+        info.update(gpus=ours_gpu.get(pid, {}), ports=by_port.get(pid, []), ours=ours, reasons=reasons)
+        found.append(info)
+    others = []
+    other_handles = {i: h for i, h in all_handles.items() if i not in handles}
+    for pid, gpus in sorted(gpu_holders(nvml, other_handles).items()):
+        if pid in ours_gpu:
+            continue
+        info = read_process(pid, proc_root)
+        others.append({"pid": pid, "user": info["user"] if info else "?", "title": info["title"] if info else "?",
+                       "gpus": gpus})
+    return found, others
+
+
+def _release_state(nvml, handles, opts, threshold, proc_root):
+    """What still blocks: list of human-readable reasons (empty when released), and per-GPU memory."""
+    blocking, memory = [], {}
+    for index, handle in handles.items():
+        used = _used_bytes(nvml, handle)
+        memory[index] = used
+        pids = [int(p.pid) for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)]
+        if pids:
+            blocking.append("GPU %s still lists processes %s" % (index, pids))
+        elif used > threshold:
+            blocking.append("GPU %s used memory %d MiB > threshold %d MiB" % (index, used // MIB, threshold // MIB))
+    for port in opts["ports"]:
+        if listening_inodes(port, proc_root):
+            holders = port_holders(port, proc_root)
+            blocking.append("port %s still listening%s" % (port, " (pid %s)" % holders if holders else ""))
+    return blocking, memory
+
+
+def cleanup(opts, nvml, check_mode=False, proc_root="/proc", clock=time.monotonic, sleep=time.sleep):
+    """Run the cleanup; returns the result dict of the module. Raises CleanupError (with .result) on failure."""
+    o = dict(DEFAULTS)
+    o.update({k: v for k, v in opts.items() if v is not None})
+    t_start = clock()
+    gpu_indices, ports, plan_source = union_with_current_plan(o["gpu_indices"], o["ports"], o["current_plan_path"])
+    o["gpu_indices"], o["ports"] = gpu_indices, ports
+    try:
+        service_uid = pwd.getpwnam(o["service_user"]).pw_uid
+    except KeyError:
+        service_uid = None                                # no such user yet: nothing runs as it
+    threshold = int(o["memory_threshold_mib"]) * MIB
+
+    nvml.nvmlInit()
+    try:
+        count = nvml.nvmlDeviceGetCount()
+        _validate(o, count)
+        all_handles = {i: nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)}
+        handles = {i: all_handles[i] for i in gpu_indices}
+        result = {"changed": False, "gpu_indices": gpu_indices, "ports": ports, "running_plan": plan_source,
+                  "stopped": [], "would_stop": [], "left_alone": [], "gpus": []}
+        memory_before = {i: _used_bytes(nvml, h) for i, h in handles.items()}
+
+        rounds = 0
+        release_deadline = None
+        while True:
+            found, others = _scan(nvml, handles, all_handles, o, service_uid, proc_root)
+            if rounds == 0:
+                result["left_alone"] = others
+            foreign = [p for p in found if not p["ours"]]
+            if foreign and not o["stop_foreign"]:
+                done = " (already stopped: %s)" % ", ".join(str(s["pid"]) for s in result["stopped"]) if result["stopped"] else ""
+                raise CleanupError(
+                    "a process that is not ours holds %s: %s. Nothing of it was touched%s. Stop it yourself, or let "
+                    "cleanup stop it with cleanup_stop_foreign=true (ours = in %s, or running as user %s)."
+                    % ("our GPU/port" if len(foreign) == 1 else "our GPUs/port",
+                       "; ".join(_describe(p) for p in foreign), done, o["unit_name"], o["service_user"]),
+                    result)
+            if found and check_mode:
+                result["would_stop"] = [_public(p) for p in found]
+                result["changed"] = True
+                break
+            if found:
+                rounds += 1
+                if rounds > MAX_ROUNDS:
+                    raise CleanupError("processes keep appearing on GPUs %s after %d rounds of stopping: %s"
+                                       % (gpu_indices, MAX_ROUNDS, "; ".join(_describe(p) for p in found)), result)
+                try:
+                    _stop(found, o, proc_root, clock, sleep)
+                finally:
+                    result["stopped"].extend(_public(p) for p in found if "signal" in p)
+                    result["changed"] = bool(result["stopped"])
+                release_deadline = None
+                continue
+            if check_mode:
+                break
+            if release_deadline is None:
+                release_deadline = clock() + o["release_timeout"]
+            blocking, memory = _release_state(nvml, handles, o, threshold, proc_root)
+            if not blocking:
+                break
+            if clock() >= release_deadline:
+                result["elapsed_s"] = round(clock() - t_start, 3)
+                raise CleanupError(
+                    "timed out after %ss waiting for GPUs %s to be released and port(s) %s closed: %s"
+                    % (o["release_timeout"], gpu_indices, ports, "; ".join(blocking)), result)
+            sleep(o["poll_interval"])
+
+        result["gpus"] = [{"index": i, "used_bytes_before": memory_before[i], "used_bytes": _used_bytes(nvml, h)}
+                          for i, h in handles.items()]
+        result["elapsed_s"] = round(clock() - t_start, 3)
+        result["summary"] = _summary(result, check_mode)
+        return result
+    finally:
+        nvml.nvmlShutdown()
+
+
+def _summary(result, check_mode):
+    gpus = ",".join(str(i) for i in result["gpu_indices"]) or "none"
+    if check_mode:
+        items = result["would_stop"]
+        if not items:
+            return "nothing to stop on GPUs %s (check mode)" % gpus
+        return "would stop %d process(es) on GPUs %s: %s" % (
+            len(items), gpus, "; ".join("pid %s %s (%s)" % (p["pid"], p["title"], p["user"]) for p in items))
+    items = result["stopped"]
+    if not items:
+        return "nothing left on GPUs %s; released in %.1f s" % (gpus, result["elapsed_s"])
+    return "stopped %d process(es) on GPUs %s in %.1f s: %s" % (
+        len(items), gpus, result["elapsed_s"],
+        "; ".join("pid %s %s (%s) GPU %s by %s" % (p["pid"], p["title"], p["user"],
+                                                  ",".join(str(g) for g in sorted(p["gpus"])) or "-", p["signal"])
+                  for p in items))

@@ -1,0 +1,318 @@
+"""gpu_cleanup logic against the fake NVML and real processes spawned here.
+
+Processes are real children (some renamed with `exec -a` the way setproctitle names SGLang's schedulers), their GPU
+memory registered with the fake NVML. "Our service user" is `nobody`, a "foreign user" is `daemon` or root; tests
+that switch users need root (CI runs as root).
+"""
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from topolaunch.cleanup import CleanupError, classify, cleanup, in_unit_cgroup, read_process
+
+SPEC = "proxmox-8x-rtx-pro-6000-vnuma"        # 8 GPUs, 560 MiB used with no process
+GIB = 1 << 30
+OURS = "nobody"
+OTHER = "daemon"
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+
+
+def _alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+def _wait_for(cond, what, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
+        time.sleep(0.02)
+
+
+class Procs:
+    """Spawns test processes, reaps them, and kills (by pid) whatever a test left alive."""
+
+    def __init__(self, fake):
+        self.fake = fake
+        self.pids = []
+
+    @staticmethod
+    def _reap(pid):
+        def wait():
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                return              # already reaped by subprocess' own bookkeeping
+        threading.Thread(target=wait, daemon=True).start()
+
+    def spawn(self, title=None, user=None, ignore_term=False, gpus=(), body="sleep 600"):
+        """A shell that becomes `body` (argv[0] = title), optionally ignoring SIGTERM, registered on `gpus`."""
+        script = ('trap "" TERM; ' if ignore_term else "") + ("exec -a %s %s" % (title, body) if title else "exec " + body)
+        p = subprocess.Popen(["bash", "-c", script], user=user)
+        self.pids.append(p.pid)
+        threading.Thread(target=p.wait, daemon=True).start()
+        argv0 = title or body.split()[0]
+        _wait_for(lambda: (read_process(p.pid) or {}).get("title") == argv0, "pid %d to exec %s" % (p.pid, argv0))
+        for gpu in gpus:
+            self.fake.register(gpu, 40 * GIB, p.pid)
+        return p.pid
+
+    def spawn_orphan(self, title, user, gpus=()):
+        """A launcher that starts a renamed child in the background and exits: the child is re-parented."""
+        out = subprocess.run(["bash", "-c", "exec -a %s sleep 600 >/dev/null 2>&1 & echo $!" % title],
+                             user=user, check=True, capture_output=True, text=True).stdout
+        pid = int(out.strip())
+        self.pids.append(pid)
+        self._reap(pid)                         # we are the subreaper: the orphan is now our child
+        _wait_for(lambda: (read_process(pid) or {}).get("title") == title, "orphan %d to exec" % pid)
+        for gpu in gpus:
+            self.fake.register(gpu, 40 * GIB, pid)
+        return pid
+
+    def kill_all(self):
+        for pid in self.pids:
+            if _alive(pid):
+                os.kill(pid, 9)
+
+
+@pytest.fixture
+def nvml(fake_nvml):
+    return fake_nvml.use(SPEC)
+
+
+@pytest.fixture
+def procs(fake_nvml):
+    p = Procs(fake_nvml)
+    yield p
+    p.kill_all()
+
+
+@pytest.fixture
+def subreaper():
+    """Make this test process the reaper of orphans (as PID 1 is in a real system), so they do not stay zombies."""
+    import ctypes  # pylint: disable=import-outside-toplevel
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_child_subreaper = 36
+    assert libc.prctl(pr_set_child_subreaper, 1, 0, 0, 0) == 0
+    yield
+    libc.prctl(pr_set_child_subreaper, 0, 0, 0, 0)
+
+
+def _opts(tmp_path, **kw):
+    base = {"gpu_indices": [0, 1, 2, 3], "service_user": OURS, "term_timeout": 5, "kill_timeout": 5,
+            "release_timeout": 5, "poll_interval": 0.05, "current_plan_path": str(tmp_path / "current_plan.json")}
+    base.update(kw)
+    return base
+
+
+# ------------------------------------------------------------------------------------------- pure logic
+
+def test_in_unit_cgroup_matches_whole_path_segments():
+    assert in_unit_cgroup("0::/system.slice/topolaunch-sglang.service\n", "topolaunch-sglang.service")
+    assert in_unit_cgroup("12:pids:/\n1:name=systemd:/system.slice/topolaunch-sglang.service\n",
+                          "topolaunch-sglang.service")
+    assert not in_unit_cgroup("0::/system.slice/topolaunch-sglang.service-old\n", "topolaunch-sglang.service")
+    assert not in_unit_cgroup("0::/user.slice/user-0.slice/session-1.scope\n", "topolaunch-sglang.service")
+
+
+def test_classify_needs_cgroup_or_service_user():
+    base = {"cgroup": "0::/user.slice\n", "uid": 1000, "title": "python", "cmdline": "python x.py"}
+    assert classify(base, "u.service", 999, ["sglang::"], ["sglang.launch_server"]) == (False, [])
+    other_sglang = dict(base, title="sglang::scheduler_PP0_TP0")
+    assert classify(other_sglang, "u.service", 999, ["sglang::"], []) == (False, ["sglang title"])
+    own = dict(other_sglang, uid=999)
+    assert classify(own, "u.service", 999, ["sglang::"], []) == (True, ["service user", "sglang title"])
+    in_unit = dict(base, cgroup="0::/system.slice/u.service\n")
+    assert classify(in_unit, "u.service", None, [], []) == (True, ["unit cgroup"])
+    launcher = dict(base, uid=999, cmdline="/opt/sglang/venvs/0.5.9/bin/python -m sglang.launch_server --tp-size 8")
+    assert classify(launcher, "u.service", 999, ["sglang::"], ["sglang.launch_server"]) == \
+        (True, ["service user", "sglang title"])
+
+
+# ------------------------------------------------------------------------------------------- real processes
+
+@needs_root
+def test_ours_are_stopped_with_sigterm_and_memory_released(nvml, procs, tmp_path):
+    a = procs.spawn("sglang::scheduler_PP0_TP0", OURS, gpus=[0])
+    b = procs.spawn("sglang::scheduler_PP0_TP1", OURS, gpus=[1])
+    assert nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(0)).used > 40 * GIB
+    res = cleanup(_opts(tmp_path), nvml)
+    assert not _alive(a) and not _alive(b)
+    stopped = {p["pid"]: p for p in res["stopped"]}
+    assert set(stopped) == {a, b}
+    assert stopped[a]["signal"] == "SIGTERM" and stopped[a]["user"] == OURS
+    assert stopped[a]["title"] == "sglang::scheduler_PP0_TP0" and stopped[a]["gpus"] == {0: 40 * GIB}
+    assert res["changed"] is True
+    for g in res["gpus"]:
+        assert g["used_bytes"] == 560 << 20, g
+    assert "stopped 2 process(es)" in res["summary"] and "by SIGTERM" in res["summary"]
+
+
+@needs_root
+def test_sigterm_ignoring_process_is_killed_after_the_deadline(nvml, procs, tmp_path):
+    stubborn = procs.spawn("sglang::scheduler_PP1_TP0", OURS, ignore_term=True, gpus=[2])
+    polite = procs.spawn("sglang::detokenizer", OURS, gpus=[3])
+    t0 = time.monotonic()
+    res = cleanup(_opts(tmp_path, term_timeout=0.6), nvml)
+    took = time.monotonic() - t0
+    stopped = {p["pid"]: p for p in res["stopped"]}
+    assert stopped[stubborn]["signal"] == "SIGKILL"
+    assert stopped[polite]["signal"] == "SIGTERM"
+    assert stopped[stubborn]["ended_after_s"] >= 0.6
+    assert took >= 0.6 and not _alive(stubborn)
+
+
+@needs_root
+def test_foreign_process_on_our_gpu_fails_and_nothing_is_touched(nvml, procs, tmp_path):
+    ours = procs.spawn("sglang::scheduler_PP0_TP0", OURS, gpus=[0])
+    foreign = procs.spawn(None, OTHER, gpus=[1], body="sleep 601")
+    with pytest.raises(CleanupError) as err:
+        cleanup(_opts(tmp_path), nvml)
+    msg = str(err.value)
+    assert "pid %d" % foreign in msg and "user %s" % OTHER in msg and "sleep 601" in msg and "GPU 1" in msg
+    assert "cleanup_stop_foreign=true" in msg
+    assert _alive(ours) and _alive(foreign)
+    assert err.value.result["stopped"] == []
+
+
+@needs_root
+def test_another_users_sglang_is_foreign_and_stop_foreign_stops_it(nvml, procs, tmp_path):
+    theirs = procs.spawn("sglang::scheduler_PP0_TP0", "root", gpus=[0])
+    with pytest.raises(CleanupError, match=r"pid %d user root cmdline 'sglang::scheduler_PP0_TP0 600' on GPU 0" % theirs):
+        cleanup(_opts(tmp_path), nvml)
+    assert _alive(theirs)
+    res = cleanup(_opts(tmp_path, stop_foreign=True), nvml)
+    assert [p["pid"] for p in res["stopped"]] == [theirs] and res["stopped"][0]["ours"] is False
+    assert not _alive(theirs)
+
+
+@needs_root
+def test_foreign_process_on_another_gpu_survives(nvml, procs, tmp_path):
+    ours = procs.spawn("sglang::scheduler_PP0_TP0", OURS, gpus=[0])
+    foreign = procs.spawn(None, OTHER, gpus=[5], body="sleep 602")
+    # Our service user's process on a GPU outside the plan is not touched either.
+    ours_elsewhere = procs.spawn("sglang::scheduler_PP0_TP0", OURS, gpus=[6])
+    res = cleanup(_opts(tmp_path), nvml)
+    assert not _alive(ours)
+    assert _alive(foreign) and _alive(ours_elsewhere)
+    assert {p["pid"] for p in res["left_alone"]} == {foreign, ours_elsewhere}
+    assert [p["pid"] for p in res["stopped"]] == [ours]
+
+
+@needs_root
+def test_orphan_reparented_after_its_launcher_died_is_found_through_nvml(nvml, procs, tmp_path, subreaper):
+    orphan = procs.spawn_orphan("sglang::scheduler_PP0_TP3", OURS, gpus=[3])
+    with open("/proc/%d/stat" % orphan) as f:
+        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+    assert ppid == os.getpid()          # its launcher is gone; it was adopted by the (sub)reaper
+    res = cleanup(_opts(tmp_path), nvml)
+    assert [p["pid"] for p in res["stopped"]] == [orphan]
+    assert not _alive(orphan)
+
+
+@needs_root
+def test_check_mode_reports_and_stops_nothing(nvml, procs, tmp_path):
+    ours = procs.spawn("sglang::scheduler_PP0_TP0", OURS, gpus=[0])
+    res = cleanup(_opts(tmp_path), nvml, check_mode=True)
+    assert _alive(ours)
+    assert [p["pid"] for p in res["would_stop"]] == [ours] and res["stopped"] == []
+    assert res["changed"] is True and "would stop 1 process" in res["summary"]
+
+
+@needs_root
+def test_running_plan_gpus_and_port_are_added(nvml, procs, tmp_path):
+    old = procs.spawn("sglang::scheduler_PP1_TP3", OURS, gpus=[7])
+    (tmp_path / "current_plan.json").write_text(json.dumps({"gpu_indices": [4, 5, 6, 7], "port": 31999}))
+    res = cleanup(_opts(tmp_path, gpu_indices=[0, 1]), nvml)
+    assert res["gpu_indices"] == [0, 1, 4, 5, 6, 7] and res["ports"] == [31999]
+    assert [p["pid"] for p in res["stopped"]] == [old]
+
+
+def _listener(user):
+    code = ("import socket,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+            "s.bind(('127.0.0.1', 0)); s.listen(); print(s.getsockname()[1], flush=True); sys.stdin.read()")
+    p = subprocess.Popen(["python3", "-c", code], user=user, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    return p, int(p.stdout.readline())
+
+
+@needs_root
+def test_our_launcher_on_the_port_is_stopped_and_the_port_closes(nvml, tmp_path):
+    p, port = _listener(OURS)
+    try:
+        res = cleanup(_opts(tmp_path, ports=[port]), nvml)
+        assert [s["pid"] for s in res["stopped"]] == [p.pid] and res["stopped"][0]["ports"] == [port]
+        assert p.wait(timeout=5) == -15
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0
+    finally:
+        p.kill()
+        p.wait()
+
+
+@needs_root
+def test_foreign_listener_on_our_port_fails(nvml, tmp_path):
+    p, port = _listener("root")
+    try:
+        with pytest.raises(CleanupError, match=r"pid %d user root .* listening on port %d" % (p.pid, port)):
+            cleanup(_opts(tmp_path, ports=[port]), nvml)
+        assert p.poll() is None
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_release_timeout_says_what_it_waited_for(nvml, tmp_path):
+    with pytest.raises(CleanupError) as err:
+        cleanup(_opts(tmp_path, memory_threshold_mib=100, release_timeout=0.3), nvml)
+    msg = str(err.value)
+    assert "timed out after 0.3s waiting for GPUs [0, 1, 2, 3] to be released" in msg
+    assert "GPU 0 used memory 560 MiB > threshold 100 MiB" in msg
+
+
+def test_bad_gpu_index_fails_before_anything_happens(nvml, tmp_path):
+    with pytest.raises(CleanupError, match=r"gpu_indices \[9\]: this host has 8 GPUs"):
+        cleanup(_opts(tmp_path, gpu_indices=[0, 9]), nvml)
+
+
+def test_unreadable_running_plan_is_named(nvml, tmp_path):
+    (tmp_path / "current_plan.json").write_text("{not json")
+    with pytest.raises(CleanupError, match="cannot read the running plan .*current_plan.json"):
+        cleanup(_opts(tmp_path), nvml)
+
+
+# ------------------------------------------------------------------------------------------- module main()
+
+def _run_module(args, check_mode=False):
+    import gpu_cleanup  # pylint: disable=import-outside-toplevel
+    from ansible.module_utils.testing import patch_module_args  # pylint: disable=import-outside-toplevel
+    if check_mode:
+        args = dict(args, _ansible_check_mode=True)
+    with patch_module_args(args), pytest.raises(SystemExit) as exc:
+        gpu_cleanup.main()
+    return exc.value.code
+
+
+@needs_root
+def test_module_main_check_mode_and_foreign_failure(nvml, procs, tmp_path, monkeypatch, capsys):
+    import gpu_cleanup  # pylint: disable=import-outside-toplevel
+    monkeypatch.setattr(gpu_cleanup, "import_nvml", lambda: nvml)
+    ours = procs.spawn("sglang::scheduler_PP0_TP0", OURS, gpus=[0])
+    args = {"gpu_indices": [0, 1], "service_user": OURS, "current_plan_path": str(tmp_path / "none.json")}
+    assert _run_module(args, check_mode=True) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["changed"] is True and [p["pid"] for p in out["would_stop"]] == [ours] and _alive(ours)
+
+    foreign = procs.spawn(None, OTHER, gpus=[1], body="sleep 603")
+    assert _run_module(args) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["failed"] is True and "pid %d user %s" % (foreign, OTHER) in out["msg"]
+    assert _alive(ours) and _alive(foreign)
