@@ -1,0 +1,120 @@
+"""tools/report.py: FINDINGS.md content and PNG plots from a results directory."""
+import os
+import pathlib
+import struct
+import sys
+
+from test_results import SERVER_INFO_SIM, bench_line
+from topolaunch import results
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
+import report  # noqa: E402  (tools/ is not a package)
+
+TOPOLOGY = {"fingerprint": "a1b2c3d4e5f6", "gpu_count": 8, "driver_version": "580.95.05", "cuda_driver_version": "13.0",
+            "gpus": [{"name": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}] * 8}
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def store(root, layout, started, throughput, server_info=None, completed=None, versions=None):
+    asked = [{"max_concurrency": c, "num_prompts": c * 4} for c in throughput]
+    lines = "".join(bench_line(concurrency=c, completed=(completed or {}).get(c, c * 4), output_throughput=tp,
+                               server_info=server_info, p99_ttft_ms=100.0 + c, median_ttft_ms=50.0 + c) + "\n"
+                    for c, tp in throughput.items())
+    return results.record_run(
+        str(root), "glm-5-nvfp4", "a1b2c3d4e5f6", layout, started, asked, lines,
+        meta={"host": "field", "started": started, "bench": {"seed": 7, "warmup_requests": 2}},
+        plan={"cuda_visible_devices": "0,1,2,3,4,5,6,7", "argv": ["--tp-size", "8"]}, topology=TOPOLOGY,
+        versions=versions or {"sglang": "0.5.9", "topolaunch_commit": "abc123def456"})
+
+
+def png_size(path):
+    with open(path, "rb") as handle:
+        head = handle.read(24)
+    assert head[:8] == PNG_MAGIC, "%s is not a PNG" % path
+    return struct.unpack(">II", head[16:24])
+
+
+def test_report_on_real_results(tmp_path):
+    store(tmp_path, "tp8", "2026-11-30T10:00:00Z", {1: 100.0, 8: 700.0, 32: 2000.0})
+    store(tmp_path, "tp4pp2", "2026-11-30T10:10:00Z", {1: 120.0, 8: 600.0, 32: 1500.0})
+    out = tmp_path / "report"
+    written = report.build(str(tmp_path), str(out), now="NOW")
+    findings = (out / "FINDINGS.md").read_text()
+    assert written[0] == str(out / "FINDINGS.md")
+    assert "SIMULATED" not in findings
+    assert "## glm-5-nvfp4 on topology a1b2c3d4e5f6, input 64 / output 32 tokens" in findings
+    assert ("**Winner: tp8**, peak output 2,000.0 tok/s at concurrency 32, 33.3% above the runner-up tp4pp2 "
+            "(peak 1,500.0 tok/s).") in findings
+    assert "| 1 | tp4pp2 | 120.0 | tp8 | 100.0 | 20.0 % |" in findings
+    assert "| 32 | tp8 | 2,000.0 | tp4pp2 | 1,500.0 | 33.3 % |" in findings
+    # layout x concurrency row: output, total, TTFT p50/p99, ITL p50/p99, E2E p50
+    assert "| tp8 | 8 | 32/32 | 700.0 | 2,100.0 | 58.0 | 108.0 | 11.50 | 19.00 | 480.0 | 20261130T100000Z |" in findings
+    # provenance: GPUs, driver/CUDA, versions, timestamps, launch
+    assert "8 x NVIDIA RTX PRO 6000 Blackwell Server Edition | 580.95.05 / 13.0 | 0.5.9 | abc123def456" in findings
+    assert "2026-11-30T10:10:00Z" in findings and "seed 7, 2 warmup requests" in findings
+    assert "`CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 python -m sglang.launch_server --tp-size 8`" in findings
+    assert "## Failures\n\nNone recorded." in findings
+    pngs = [p for p in written if p.endswith(".png")]
+    assert len(pngs) == 2
+    for path in pngs:
+        assert "](plots/%s)" % os.path.basename(path) in findings
+        width, height = png_size(path)
+        assert width >= 600 and height >= 400
+        assert os.path.getsize(path) > 20000  # a drawn chart, not an empty canvas
+
+
+def test_simulated_results_are_marked(tmp_path):
+    store(tmp_path, "tp8", "2026-11-30T10:00:00Z", {1: 100.0, 8: 700.0}, server_info=SERVER_INFO_SIM,
+          versions={"sglang": "0.5.9+sim"})
+    report.build(str(tmp_path), now="NOW")
+    findings = (tmp_path / "FINDINGS.md").read_text()
+    assert findings.splitlines()[2].startswith("> **SIMULATED RESULTS.**")
+    assert "tokens (SIMULATED)" in findings
+    assert "(the only layout measured)" in findings
+
+
+def test_simulated_plot_differs_from_real_plot(tmp_path):
+    # The SIMULATED watermark is drawn into the picture: same numbers, different pixels.
+    real, sim = tmp_path / "real", tmp_path / "sim"
+    store(real, "tp8", "2026-11-30T10:00:00Z", {1: 100.0, 8: 700.0})
+    store(sim, "tp8", "2026-11-30T10:00:00Z", {1: 100.0, 8: 700.0}, server_info=SERVER_INFO_SIM)
+    real_pngs = [p for p in report.build(str(real), now="NOW") if p.endswith(".png")]
+    sim_pngs = [p for p in report.build(str(sim), now="NOW") if p.endswith(".png")]
+    for a, b in zip(real_pngs, sim_pngs):
+        assert open(a, "rb").read() != open(b, "rb").read()
+
+
+def test_failures_and_partial_points_are_listed(tmp_path):
+    store(tmp_path, "tp8", "2026-11-30T10:00:00Z", {1: 100.0, 8: 700.0}, completed={8: 10})
+    results.record_run(str(tmp_path), "glm-5-nvfp4", "a1b2c3d4e5f6", "tp2pp4", "2026-11-30T10:20:00Z", [],
+                       error={"stage": "health", "message": "unit died: CUDA out of memory | at load"})
+    report.build(str(tmp_path), now="NOW")
+    findings = (tmp_path / "FINDINGS.md").read_text()
+    assert "| 20261130T102000Z | glm-5-nvfp4 | a1b2c3d4e5f6 | tp2pp4 | health | unit died: CUDA out of memory \\| at load |" \
+        in findings
+    assert "bench of tp8 failed at concurrency 8: completed 10 of 32 prompts" in findings
+    # the partial point is not in the measurement table
+    assert "| tp8 | 8 |" not in findings and "| tp8 | 1 | 4/4 |" in findings
+
+
+def test_only_failures_still_reports(tmp_path):
+    results.record_run(str(tmp_path), "m", "fp", "tp8", "2026-11-30T10:20:00Z", [],
+                       error={"stage": "launch", "message": "bad flag"})
+    written = report.build(str(tmp_path), now="NOW")
+    assert written == [str(tmp_path / "FINDINGS.md")]
+    assert "No complete measurement yet." in (tmp_path / "FINDINGS.md").read_text()
+
+
+def test_no_results_is_a_clear_error(tmp_path, capsys):
+    assert report.main([str(tmp_path)]) == 2
+    assert "no benchmark results under %s" % tmp_path in capsys.readouterr().err
+    assert report.main([str(tmp_path / "nope")]) == 2
+    assert "no results directory" in capsys.readouterr().err
+
+
+def test_filters(tmp_path, capsys):
+    store(tmp_path, "tp8", "2026-11-30T10:00:00Z", {1: 100.0})
+    assert report.main([str(tmp_path), "--fingerprint", "ffffffffffff"]) == 2
+    assert "for ffffffffffff" in capsys.readouterr().err
+    assert report.main([str(tmp_path), "--model", "glm-5-nvfp4", "--out", str(tmp_path / "o")]) == 0
+    assert (tmp_path / "o" / "FINDINGS.md").exists()

@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""Turn benchmark results into FINDINGS.md and PNG plots.
+
+    tools/report.py RESULTS_DIR [--out DIR] [--model NAME] [--fingerprint FP]
+
+RESULTS_DIR is laid out as results/<model>/<topology fingerprint>/<layout>/<run id>.* (the bench stage writes it).
+Writes DIR/FINDINGS.md and DIR/plots/*.png (DIR defaults to RESULTS_DIR) and prints their paths. Per model x
+topology x workload: every layout x concurrency (output and total tok/s, TTFT p50/p99, ITL p50/p99, E2E p50), the best
+layout per concurrency and by how much, the winner, failures, and where the numbers come from. Results from the
+lab's simulator are marked SIMULATED in the text and on every plot.
+"""
+import argparse
+import datetime
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "module_utils"))
+
+from topolaunch import results  # noqa: E402  (module_utils is put on the path just above)
+
+SIM_BANNER = ("> **SIMULATED RESULTS.** These numbers come from the lab's SGLang simulator (its server_info says "
+              "simulated), not from GPUs. They show that the tooling works; they say nothing about real hardware.")
+
+
+# ---------------------------------------------------------------------------------------------------- text
+
+
+def fmt(value, digits=1):
+    if value is None:
+        return "-"
+    return "{:,.{d}f}".format(value, d=digits)
+
+
+def group_title(group):
+    title = "%s on topology %s, input %s / output %s tokens" % (
+        group["model"], group["topology_fingerprint"], group["input_len"], group["output_len"])
+    return title + (" (SIMULATED)" if group["simulated"] else "")
+
+
+def group_slug(group):
+    return "%s_%s_in%s_out%s" % (results.safe_name(group["model"]), group["topology_fingerprint"],
+                                 group["input_len"], group["output_len"])
+
+
+def winner_text(group):
+    w = group["winner"]
+    text = "**Winner: %s**, peak output %s tok/s at concurrency %d" % (
+        w["layout"], fmt(w["output_throughput"]), w["max_concurrency"])
+    if w["runner_up"] is None:
+        return text + " (the only layout measured)."
+    if w["margin_pct"] is None:
+        return text + "; runner-up %s measured 0 tok/s." % w["runner_up"]
+    return text + ", %s%% above the runner-up %s (peak %s tok/s)." % (
+        fmt(w["margin_pct"]), w["runner_up"], fmt(w["runner_up_throughput"]))
+
+
+def best_table(group):
+    lines = ["| concurrency | best layout | output tok/s | runner-up | runner-up tok/s | best leads by |",
+             "| ---: | --- | ---: | --- | ---: | ---: |"]
+    for row in group["best"]:
+        lead = "-" if row["margin_pct"] is None else fmt(row["margin_pct"]) + " %"
+        lines.append("| %d | %s | %s | %s | %s | %s |" % (
+            row["max_concurrency"], row["best"], fmt(row["output_throughput"]), row["runner_up"] or "(only one)",
+            fmt(row["runner_up_throughput"]), lead))
+    return lines
+
+
+def measurement_table(group):
+    lines = ["| layout | concurrency | prompts done/asked | output tok/s | total tok/s | TTFT p50 ms | TTFT p99 ms "
+             "| ITL p50 ms | ITL p99 ms | E2E p50 ms | run |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for layout in sorted(group["layouts"]):
+        for c, p in sorted(group["layouts"][layout].items()):
+            lines.append("| %s | %d | %d/%s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                layout, c, p["completed"], p["num_prompts"] if p["num_prompts"] is not None else "?",
+                fmt(p["output_throughput"]), fmt(p["total_throughput"]), fmt(p["ttft_p50_ms"]), fmt(p["ttft_p99_ms"]),
+                fmt(p["itl_p50_ms"], 2), fmt(p["itl_p99_ms"], 2), fmt(p["e2e_p50_ms"]), p["run_id"]))
+    return lines
+
+
+def provenance(group):
+    lines = ["| layout | run | host | started | GPUs | driver / CUDA | sglang | topolaunch | launch |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for run in group["runs"]:
+        topo = run.get("topology") or {}
+        versions = run.get("versions") or {}
+        meta = run.get("meta") or {}
+        plan = run.get("plan") or {}
+        names = sorted({g.get("name", "?") for g in topo.get("gpus", [])})
+        gpus = "%s x %s" % (topo.get("gpu_count", len(topo.get("gpus", [])) or "?"), " + ".join(names) or "?")
+        launch = ""
+        if plan:
+            launch = "`CUDA_VISIBLE_DEVICES=%s python -m sglang.launch_server %s`" % (
+                plan.get("cuda_visible_devices", "?"), " ".join(str(a) for a in plan.get("argv", [])))
+        lines.append("| %s | %s | %s | %s | %s | %s / %s | %s | %s | %s |" % (
+            run["layout"], run["run_id"], meta.get("host", "?"), meta.get("started", "?"), gpus,
+            versions.get("driver_version", topo.get("driver_version", "?")),
+            versions.get("cuda_driver_version", topo.get("cuda_driver_version", "?")),
+            versions.get("sglang", "?"), versions.get("topolaunch_commit", "?"), launch.replace("|", "\\|")))
+    bench = {}
+    for run in group["runs"]:
+        bench = (run.get("meta") or {}).get("bench") or bench
+    if bench:
+        lines += ["", "Client: `python -m sglang.bench_serving --backend sglang --dataset-name %s "
+                      "--random-range-ratio 1.0`, seed %s, %s warmup requests per point." % (
+                          bench.get("dataset_name", "random-ids"), bench.get("seed", "?"),
+                          bench.get("warmup_requests", "?"))]
+    return lines
+
+
+def failure_lines(fails):
+    lines = ["| when (run) | model | topology | layout | stage | what failed |", "| --- | --- | --- | --- | --- | --- |"]
+    for f in fails:
+        lines.append("| %s | %s | %s | %s | %s | %s |" % (f["run_id"], f["model"], f["topology_fingerprint"],
+                                                           f["layout"], f["stage"],
+                                                           f["message"].replace("|", "\\|").replace("\n", " ")))
+    return lines
+
+
+def findings_md(groups, fails, plots, source, now):
+    out = ["# Findings: which layout serves fastest", ""]
+    if any(g["simulated"] for g in groups):
+        out += [SIM_BANNER, ""]
+    out += ["Generated %s by `tools/report.py` from `%s`. Throughput is output tokens per second; the winner is the "
+            "layout with the highest output throughput at any measured concurrency. Only complete points count "
+            "(a point where fewer prompts completed than were asked is listed under Failures)." % (now, source), ""]
+    if not groups:
+        out += ["No complete measurement yet.", ""]
+    for group in groups:
+        out += ["## " + group_title(group), ""]
+        if group["simulated"]:
+            out += ["**SIMULATED**: lab simulator numbers, not a GPU measurement.", ""]
+        out += [winner_text(group), "", "### Best layout per concurrency", ""] + best_table(group)
+        out += ["", "### All measurements", ""] + measurement_table(group)
+        out += ["", "### Plots", ""]
+        for title, path in plots.get(group_slug(group), []):
+            out.append("![%s](%s)" % (title, path))
+        out += ["", "### Provenance", "", "Topology fingerprint `%s`." % group["topology_fingerprint"], ""]
+        out += provenance(group) + [""]
+    out += ["## Failures", ""]
+    out += failure_lines(fails) if fails else ["None recorded."]
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------- plots
+
+
+def _mark_simulated(fig, ax):
+    ax.text(0.5, 0.5, "SIMULATED", transform=ax.transAxes, fontsize=56, color="red", alpha=0.12,
+            ha="center", va="center", rotation=25, weight="bold")
+    fig.text(0.99, 0.01, "lab simulator, not GPU measurements", color="red", ha="right", va="bottom", fontsize=9)
+
+
+def plot_group(group, out_dir):
+    """Two PNGs per group; returns [(title, path relative to the report)]."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(os.path.join(out_dir, "plots"), exist_ok=True)
+    slug = group_slug(group)
+    prefix = "SIMULATED: " if group["simulated"] else ""
+    subtitle = "%s, topology %s, in/out %s/%s tokens" % (group["model"], group["topology_fingerprint"],
+                                                          group["input_len"], group["output_len"])
+    made = []
+
+    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
+    concurrencies = sorted({c for points in group["layouts"].values() for c in points})
+    for layout in sorted(group["layouts"]):
+        points = sorted(group["layouts"][layout].items())
+        ax.plot([c for c, _ in points], [p["output_throughput"] or 0.0 for _, p in points], marker="o", linewidth=2,
+                label=layout + (" (winner)" if group["winner"]["layout"] == layout else ""))
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(concurrencies)
+    ax.set_xticklabels([str(c) for c in concurrencies])
+    ax.set_xlabel("max concurrency (requests in flight)")
+    ax.set_ylabel("output throughput (tokens/s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("%sOutput throughput vs concurrency\n%s" % (prefix, subtitle), fontsize=11)
+    ax.grid(True, alpha=0.3)
+    ax.legend(title="layout")
+    if group["simulated"]:
+        _mark_simulated(fig, ax)
+    fig.tight_layout()
+    path = os.path.join("plots", slug + "_throughput.png")
+    fig.savefig(os.path.join(out_dir, path))
+    plt.close(fig)
+    made.append(("output throughput vs concurrency", path))
+
+    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
+    ttfts = []
+    for index, layout in enumerate(sorted(group["layouts"])):
+        points = [(c, p) for c, p in sorted(group["layouts"][layout].items()) if p["ttft_p99_ms"] is not None]
+        xs = [p["output_throughput"] or 0.0 for _, p in points]
+        ys = [p["ttft_p99_ms"] for _, p in points]
+        ttfts += ys
+        ax.plot(xs, ys, marker="o", linewidth=2, label=layout)
+        for (c, _), x, y in zip(points, xs, ys):
+            # alternate label sides per layout so labels of close points do not sit on each other
+            ax.annotate("c=%d" % c, (x, y), textcoords="offset points", xytext=(6, 6 if index % 2 == 0 else -13),
+                        fontsize=8)
+    if ttfts and min(ttfts) > 0 and max(ttfts) / min(ttfts) > 50:
+        ax.set_yscale("log")
+    ax.set_xlabel("output throughput (tokens/s)")
+    ax.set_ylabel("TTFT p99 (ms)")
+    ax.set_title("%sTail time to first token vs throughput (labels: concurrency; better is right and down)\n%s"
+                 % (prefix, subtitle), fontsize=11)
+    ax.grid(True, alpha=0.3)
+    ax.legend(title="layout")
+    if group["simulated"]:
+        _mark_simulated(fig, ax)
+    fig.tight_layout()
+    path = os.path.join("plots", slug + "_ttft_p99.png")
+    fig.savefig(os.path.join(out_dir, path))
+    plt.close(fig)
+    made.append(("TTFT p99 vs output throughput", path))
+    return made
+
+
+# ---------------------------------------------------------------------------------------------------- main
+
+
+def build(results_dir, out_dir=None, model=None, fingerprint=None, now=None):
+    """Write FINDINGS.md and the plots; returns the list of files written."""
+    out_dir = out_dir or results_dir
+    if not os.path.isdir(results_dir):
+        raise results.ResultsError("no results directory %s (the bench stage writes it)" % results_dir)
+    runs = results.load_runs(results_dir, model=model, fingerprint=fingerprint)
+    if not runs:
+        raise results.ResultsError("no benchmark results under %s%s" % (
+            results_dir, "".join(" for %s" % x for x in (model, fingerprint) if x)))
+    groups = results.summarize(runs)
+    fails = results.failures(runs)
+    os.makedirs(out_dir, exist_ok=True)
+    plots = {group_slug(g): plot_group(g, out_dir) for g in groups}
+    now = now or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    findings = os.path.join(out_dir, "FINDINGS.md")
+    with open(findings, "w") as handle:
+        handle.write(findings_md(groups, fails, plots, results_dir, now))
+    return [findings] + [os.path.join(out_dir, p) for made in plots.values() for _, p in made]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results_dir", metavar="RESULTS_DIR")
+    parser.add_argument("--out", help="where FINDINGS.md and plots/ go (default RESULTS_DIR)")
+    parser.add_argument("--model", help="only this model")
+    parser.add_argument("--fingerprint", help="only this topology fingerprint")
+    args = parser.parse_args(argv)
+    try:
+        written = build(args.results_dir, args.out, args.model, args.fingerprint)
+    except results.ResultsError as exc:
+        print("report: %s" % exc, file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
