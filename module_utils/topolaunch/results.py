@@ -257,7 +257,12 @@ def record_run(results_dir, model, fingerprint, layout, started, requested, line
     """
     requested = [_requested_point(p) for p in requested or []]
     prompts = {p["max_concurrency"]: p["num_prompts"] for p in requested}
-    points = parse_jsonl(lines or "", prompts, where="bench_serving output")
+    try:
+        points = parse_jsonl(lines or "", prompts, where="bench_serving output")
+    except ResultsError as exc:
+        # A client killed mid-write leaves a broken line: keep the output as it is and say so.
+        points = []
+        error = error or {"stage": "bench", "message": "unreadable bench_serving output: %s" % exc}
     failures = check_points(requested, points, client_error)
     directory = layout_dir(results_dir, model, fingerprint, layout)
     run_meta = dict(meta or {})
@@ -360,7 +365,12 @@ def _load_layout_dir(path, model, fingerprint, layout):
         points = []
         if os.path.exists(base + ".jsonl"):
             with open(base + ".jsonl") as handle:
-                points = parse_jsonl(handle.read(), prompts, where=base + ".jsonl")
+                try:
+                    points = parse_jsonl(handle.read(), prompts, where=base + ".jsonl")
+                except ResultsError:
+                    if not extra["error"]:
+                        raise
+                    points = []  # the error file already says the output could not be read
         version = (extra["versions"] or {}).get("sglang")
         run = {
             "run_id": run_id,

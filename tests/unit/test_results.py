@@ -317,3 +317,17 @@ def test_nan_throughput_never_wins():
     layouts = {"a": {1: dict(point, max_concurrency=1)}, "b": {1: dict(point, max_concurrency=1, output_throughput=5.0)}}
     assert results.winner(layouts)["layout"] == "b"
     assert not math.isnan(results.best_per_concurrency(layouts)[0]["output_throughput"])
+
+
+def test_broken_client_output_is_kept_and_marked(tmp_path):
+    text = bench_line(concurrency=1, completed=8) + "\n" + bench_line(concurrency=8)[:40]  # killed mid-write
+    out = results.record_run(str(tmp_path), "m", "fp", "tp8", "2026-11-30T10:15:02Z",
+                             [{"max_concurrency": 1, "num_prompts": 8}, {"max_concurrency": 8, "num_prompts": 32}],
+                             text, client_error={"max_concurrency": 8, "rc": -9, "msg": "killed"})
+    directory = tmp_path / "m" / "fp" / "tp8"
+    assert (directory / "20261130T101502Z.jsonl").read_text() == text
+    error = json.loads((directory / "20261130T101502Z.error.json").read_text())
+    assert error["message"].startswith("unreadable bench_serving output: bench_serving output line 2: not JSON")
+    assert [f["max_concurrency"] for f in out["failures"]] == [1, 8]
+    runs = results.load_runs(str(tmp_path))
+    assert runs[0]["points"] == [] and results.failures(runs)[0]["message"] == error["message"]
