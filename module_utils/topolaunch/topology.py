@@ -336,6 +336,26 @@ def _groups(n, linked):
     return [g for g in groups if len(g) > 1]
 
 
+def _components(n, linked):
+    """Connected components (GPUs reachable through a chain of links). Components of one are dropped."""
+    seen, out = set(), []
+    for start in range(n):
+        if start in seen:
+            continue
+        stack, comp = [start], []
+        seen.add(start)
+        while stack:
+            i = stack.pop()
+            comp.append(i)
+            for j in range(n):
+                if j not in seen and (linked(i, j) or linked(j, i)):
+                    seen.add(j)
+                    stack.append(j)
+        if len(comp) > 1:
+            out.append(sorted(comp))
+    return out
+
+
 def derive(raw):
     """Add links, islands, fingerprint, findings and rendered tables to the measured facts."""
     facts = dict(raw)
@@ -351,7 +371,7 @@ def derive(raw):
     facts["islands"] = {
         "numa": [numa[node] for node in sorted(numa)],
         "p2p": _groups(n, lambda i, j: p2p["read"][i][j] == "OK" and p2p["write"][i][j] == "OK"),
-        "nvlink": _groups(n, lambda i, j: counts[i][j] > 0),
+        "nvlink": _components(n, lambda i, j: counts[i][j] > 0),
     }
     facts["in_vm"] = any(g["virtualization_mode"] in ("passthrough", "vgpu") for g in facts["gpus"])
     facts["fingerprint"] = fingerprint(facts)

@@ -57,7 +57,7 @@ def render_p2p(facts, kind="read"):
         raise ValueError("P2P kind %r is not one of %s" % (kind, ", ".join(P2P_KINDS)))
     n = facts["gpu_count"]
     matrix = facts["p2p"][kind]
-    lines = [" \t" + "".join("GPU%d\t" % i for i in range(n))]
+    lines = [" \t" + UNDERLINE + "".join("GPU%d\t" % i for i in range(n)) + RESET]
     for i in range(n):
         lines.append(" GPU%d\t" % i + "".join("%s\t" % _P2P_SMI_WORD.get(w, w) for w in matrix[i]))
     return "\n".join(lines) + "\n" + P2P_LEGEND

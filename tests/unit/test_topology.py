@@ -1,0 +1,324 @@
+"""gpu_topology logic: facts per spec, nvidia-smi layouts, NVSwitch counts, NUMA order, errors, fingerprint, findings.
+
+NVML answers come from topology_synth (a recording synthesised from a lab spec) replayed through
+topolaunch.topology_replay.Replay; test_topology_fake.py runs the same checks through the C fake and the real
+nvidia-ml-py, test_topology_real.py through answers recorded on a real 2x H200 machine.
+"""
+import copy
+import json
+import pathlib
+import sys
+
+import pytest
+
+from topolaunch import topology
+from topolaunch.topology_replay import Handle, Replay, ReplayNVMLError
+from topology_synth import synthesize
+
+SPECS = pathlib.Path(__file__).resolve().parents[2] / "lab" / "specs"
+GIB = 1 << 30
+
+
+def load_spec(name):
+    return json.loads((SPECS / (name + ".json")).read_text())
+
+
+def make_sysfs(tmp_path, spec):
+    """A sysfs tree with numa_node per GPU as the spec says sysfs reads."""
+    root = tmp_path / "sysfs"
+    for g in spec["gpus"]:
+        d = root / "bus" / "pci" / "devices" / topology.sysfs_bus_id(g["pci_bus_id"])
+        d.mkdir(parents=True)
+        (d / "numa_node").write_text("%d\n" % g.get("sysfs_numa_node", g["numa_node"]))
+    return str(root)
+
+
+def read(spec, tmp_path, processes=None, overrides=None):
+    return topology.read_topology(Replay(synthesize(spec, processes), overrides), make_sysfs(tmp_path, spec))
+
+
+LEGEND_M = (
+    "\nLegend:\n\n"
+    "  X    = Self\n"
+    "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)\n"
+    "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node\n"
+    "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)\n"
+    "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)\n"
+    "  PIX  = Connection traversing at most a single PCIe bridge\n"
+    "  NV#  = Connection traversing a bonded set of # NVLinks\n")
+LEGEND_P2P = (
+    "\nLegend:\n\n"
+    "  X    = Self\n"
+    "  OK   = Status Ok\n"
+    "  CNS  = Chipset not supported\n"
+    "  GNS  = GPU not supported\n"
+    "  TNS  = Topology not supported\n"
+    "  NS   = Not supported\n"
+    "  U    = Unknown\n")
+HEAD8 = "\t\x1b[4mGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tGPU6\tGPU7\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
+
+# What nvidia-smi topo -m prints for these machines (tabs as nvidia-smi writes them, header underlined).
+EXPECTED_MATRIX = {
+    "proxmox-8x-rtx-pro-6000-vnuma": HEAD8 + (
+        "GPU0\t X \tNODE\tNODE\tNODE\tSYS\tSYS\tSYS\tSYS\t0-31\t0\t\tN/A\n"
+        "GPU1\tNODE\t X \tNODE\tNODE\tSYS\tSYS\tSYS\tSYS\t0-31\t0\t\tN/A\n"
+        "GPU2\tNODE\tNODE\t X \tNODE\tSYS\tSYS\tSYS\tSYS\t0-31\t0\t\tN/A\n"
+        "GPU3\tNODE\tNODE\tNODE\t X \tSYS\tSYS\tSYS\tSYS\t0-31\t0\t\tN/A\n"
+        "GPU4\tSYS\tSYS\tSYS\tSYS\t X \tNODE\tNODE\tNODE\t32-63\t1\t\tN/A\n"
+        "GPU5\tSYS\tSYS\tSYS\tSYS\tNODE\t X \tNODE\tNODE\t32-63\t1\t\tN/A\n"
+        "GPU6\tSYS\tSYS\tSYS\tSYS\tNODE\tNODE\t X \tNODE\t32-63\t1\t\tN/A\n"
+        "GPU7\tSYS\tSYS\tSYS\tSYS\tNODE\tNODE\tNODE\t X \t32-63\t1\t\tN/A\n") + LEGEND_M,
+    "proxmox-8x-rtx-pro-6000-naive": HEAD8 + (
+        "GPU0\t X \tPHB\tPHB\tPHB\tPHB\tPHB\tPHB\tPHB\tN/A\tN/A\t\tN/A\n"
+        "GPU1\tPHB\t X \tPHB\tPHB\tPHB\tPHB\tPHB\tPHB\tN/A\tN/A\t\tN/A\n"
+        "GPU2\tPHB\tPHB\t X \tPHB\tPHB\tPHB\tPHB\tPHB\tN/A\tN/A\t\tN/A\n"
+        "GPU3\tPHB\tPHB\tPHB\t X \tPHB\tPHB\tPHB\tPHB\tN/A\tN/A\t\tN/A\n"
+        "GPU4\tPHB\tPHB\tPHB\tPHB\t X \tPHB\tPHB\tPHB\tN/A\tN/A\t\tN/A\n"
+        "GPU5\tPHB\tPHB\tPHB\tPHB\tPHB\t X \tPHB\tPHB\tN/A\tN/A\t\tN/A\n"
+        "GPU6\tPHB\tPHB\tPHB\tPHB\tPHB\tPHB\t X \tPHB\tN/A\tN/A\t\tN/A\n"
+        "GPU7\tPHB\tPHB\tPHB\tPHB\tPHB\tPHB\tPHB\t X \tN/A\tN/A\t\tN/A\n") + LEGEND_M,
+    "h200x2-vm-real": (
+        "\t\x1b[4mGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
+        "GPU0\t X \tNV18\t0-31\t0\t\tN/A\n"
+        "GPU1\tNV18\t X \t0-31\t0\t\tN/A\n") + LEGEND_M,
+}
+
+EXPECTED_P2P_READ = {
+    "proxmox-8x-rtx-pro-6000-naive": " \t\x1b[4mGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tGPU6\tGPU7\t\x1b[0m\n" + "".join(
+        " GPU%d\t" % i + "".join("X\t" if i == j else "CNS\t" for j in range(8)) + "\n" for i in range(8)) + LEGEND_P2P,
+    "h200x2-vm-real": (
+        " \t\x1b[4mGPU0\tGPU1\t\x1b[0m\n"
+        " GPU0\tX\tOK\t\n"
+        " GPU1\tOK\tX\t\n") + LEGEND_P2P,
+}
+
+
+def all_specs():
+    return sorted(p.stem for p in SPECS.glob("*.json"))
+
+
+@pytest.mark.parametrize("name", all_specs())
+def test_facts_match_spec(name, tmp_path):
+    spec = load_spec(name)
+    facts = read(spec, tmp_path)
+    n = len(spec["gpus"])
+    assert facts["gpu_count"] == n
+    assert facts["driver_version"] == spec["driver_version"]
+    assert facts["cuda_driver_version"] == "%d.%d" % (spec["cuda_driver_version"] // 1000,
+                                                       spec["cuda_driver_version"] % 1000 // 10)
+    assert facts["pcie_levels"] == spec["pcie_topology"]
+    for g, s in zip(facts["gpus"], spec["gpus"]):
+        assert g["name"] == s["name"]
+        assert g["pci_bus_id"] == s["pci_bus_id"]
+        assert g["memory"]["total_bytes"] == s["memory_total_mib"] << 20
+        assert g["compute_capability"] == "%d.%d" % tuple(s["compute_capability"])
+        assert g["pcie"] == s["pcie"]
+        assert g["numa_node"] == (None if s["numa_node"] < 0 else s["numa_node"])
+        assert g["cpu_affinity"] == s["cpu_affinity"]
+        assert g["nvlinks_active"] == s["nvlinks"]
+        assert g["mig_enabled"] is s["mig"]
+        assert g["virtualization_mode"] == ("passthrough" if spec["virtualization"] == "passthrough" else "none")
+    default = spec.get("p2p", {}).get("default", "OK")
+    for i in range(n):
+        for j in range(n):
+            assert facts["p2p"]["read"][i][j] == ("X" if i == j else default)
+            expected_nv = 0
+            if i != j and spec.get("nvlink", {}).get("fabric") == "nvswitch":
+                expected_nv = min(spec["gpus"][i]["nvlinks"], spec["gpus"][j]["nvlinks"])
+            assert facts["nvlink_counts"][i][j] == expected_nv
+            if i != j:
+                word = "NV%d" % expected_nv if expected_nv else spec["pcie_topology"][i][j]
+                assert facts["links"][i][j] == word
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_MATRIX))
+def test_matrix_is_what_nvidia_smi_prints(name, tmp_path):
+    assert topology.render_matrix(read(load_spec(name), tmp_path)) == EXPECTED_MATRIX[name]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_P2P_READ))
+def test_p2p_table_is_what_nvidia_smi_prints(name, tmp_path):
+    facts = read(load_spec(name), tmp_path)
+    assert topology.render_p2p(facts, "read") == EXPECTED_P2P_READ[name]
+    assert facts["rendered"]["p2p_read"] == EXPECTED_P2P_READ[name]
+
+
+def test_render_p2p_rejects_unknown_kind(tmp_path):
+    facts = read(load_spec("h200x2-vm-real"), tmp_path)
+    with pytest.raises(ValueError, match="'copy'"):
+        topology.render_p2p(facts, "copy")
+
+
+def test_islands_of_the_field_machine(tmp_path):
+    facts = read(load_spec("proxmox-8x-rtx-pro-6000-vnuma"), tmp_path)
+    assert facts["islands"] == {"numa": [[0, 1, 2, 3], [4, 5, 6, 7]], "p2p": [[0, 1, 2, 3, 4, 5, 6, 7]], "nvlink": []}
+    assert facts["findings"] == []
+
+
+def test_p2p_islands_split_where_p2p_fails(tmp_path):
+    spec = load_spec("proxmox-8x-rtx-pro-6000-vnuma")
+    spec["p2p"] = {"default": "OK", "pairs": [[a, b, "CNS"] for a in range(4) for b in range(4, 8)]}
+    facts = read(spec, tmp_path)
+    assert facts["islands"]["p2p"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    (finding,) = [f for f in facts["findings"] if f["id"] == "p2p-chipset-not-supported"]
+    assert finding["gpus"] == list(range(8))
+    assert "0-4" in finding["message"] and "0-1" not in finding["message"]
+
+
+def test_direct_nvlink_pairs(tmp_path):
+    spec = load_spec("proxmox-8x-rtx-pro-6000-vnuma")
+    for i, g in enumerate(spec["gpus"]):
+        g["nvlinks"] = 4 if i < 4 else 0
+    spec["nvlink"] = {"fabric": "direct", "pairs": [[0, 1, 2], [2, 3, 2], [0, 3, 2], [1, 2, 2]]}
+    facts = read(spec, tmp_path)
+    assert facts["links"][0][:4] == ["X", "NV2", "NODE", "NV2"]
+    assert facts["links"][1][2] == "NV2" and facts["links"][0][2] == "NODE"
+    assert facts["nvlink_fabric"] == "direct"
+    assert facts["islands"]["nvlink"] == [[0, 1, 2, 3]]     # a ring is one island (connected, not a clique)
+
+
+def test_nvswitch_counts_come_from_the_switch_not_the_peer(tmp_path):
+    """Remote of every link is the switch (bus FFFFFFFF:FF:FF.0): counting links whose remote is the peer gives 0."""
+    spec = load_spec("h200x2-vm-real")
+    facts = read(spec, tmp_path)
+    assert facts["nvlink_counts"] == [[0, 18], [18, 0]] and facts["nvlink_fabric"] == "nvswitch"
+    # Without RemoteDeviceType (older drivers) the switch bus id alone must still give NV18.
+    overrides = {("nvmlDeviceGetNvLinkRemoteDeviceType", Handle(g), link): ReplayNVMLError(3)
+                 for g in range(2) for link in range(18)}
+    assert read(spec, tmp_path / "b", overrides=overrides)["links"][0][1] == "NV18"
+    # A pair the fabric does not connect (P2P over NVLink not OK) is not NV#.
+    spec["p2p"] = {"default": "NS", "pairs": []}
+    assert read(spec, tmp_path / "c")["links"][0][1] == "PHB"
+
+
+def test_p2p_indices_are_plain_ints(tmp_path):
+    replay = Replay(synthesize(load_spec("h200x2-vm-real")))
+    topology.read_topology(replay, make_sysfs(tmp_path, load_spec("h200x2-vm-real")))
+    p2p = [json.loads(k) for k in replay.asked if k.startswith('["nvmlDeviceGetP2PStatus"')]
+    assert sorted({c[3] for c in p2p}) == [0, 1, 2, 3, 4]
+    assert all(type(c[3]) is int for c in p2p)   # pylint: disable=unidiomatic-typecheck
+    assert len(p2p) == 2 * 5
+
+
+def test_numa_order_node_id_then_affinity_then_sysfs(tmp_path):
+    spec = load_spec("proxmox-8x-rtx-pro-6000-vnuma")
+    facts = read(spec, tmp_path / "a")
+    assert [g["numa_source"] for g in facts["gpus"]] == ["nvml_memory_affinity"] * 8
+    # GetNumaNodeId answering (Grace) wins.
+    spec_grace = copy.deepcopy(spec)
+    spec_grace["not_supported"] = []
+    g0 = read(spec_grace, tmp_path / "b")["gpus"][0]
+    assert (g0["numa_source"], g0["gpu_numa_id"]) == ("nvml_numa_node_id", 0)
+    # Memory affinity empty: sysfs decides; sysfs -1: unknown.
+    spec_sysfs = copy.deepcopy(spec)
+    for g in spec_sysfs["gpus"]:
+        g["sysfs_numa_node"], g["numa_node"] = g["numa_node"], -1
+    facts = read(spec_sysfs, tmp_path / "c")
+    assert [(g["numa_node"], g["numa_source"]) for g in facts["gpus"]] == [(0, "sysfs")] * 4 + [(1, "sysfs")] * 4
+    facts = read(load_spec("proxmox-8x-rtx-pro-6000-naive"), tmp_path / "d")
+    assert {(g["numa_node"], g["numa_source"]) for g in facts["gpus"]} == {(None, "none")}
+
+
+def test_sysfs_bus_id_and_cpulist():
+    assert topology.sysfs_bus_id("00000000:8A:00.0") == "0000:8a:00.0"
+    assert topology.cpulist([0, 1, 2, 3, 8, 10, 11]) == "0-3,8,10-11"
+    assert topology.cpulist([]) == ""
+
+
+@pytest.mark.parametrize("code,needle", [
+    (12, "driver is not installed"), (9, "modprobe nvidia"), (18, "Reboot the host")])
+def test_init_errors_name_the_fix(tmp_path, code, needle):
+    overrides = {("nvmlInit",): ReplayNVMLError(code)}
+    with pytest.raises(topology.TopologyError, match=needle):
+        read(load_spec("h200x2-vm-real"), tmp_path, overrides=overrides)
+
+
+@pytest.mark.parametrize("call,code", [
+    (("nvmlDeviceGetP2PStatus", Handle(0), Handle(1), 2), 15),           # GPU is lost mid-query
+    (("nvmlDeviceGetMemoryInfo", Handle(1)), 999),                      # Unknown on a handle
+    (("nvmlDeviceGetNvLinkState", Handle(1), 3), 15)])
+def test_gpu_lost_mid_query_names_the_fix(tmp_path, call, code):
+    with pytest.raises(topology.TopologyError, match=r"GPU lost .*nvidia-smi -r"):
+        read(load_spec("h200x2-vm-real"), tmp_path, overrides={call: ReplayNVMLError(code)})
+
+
+def test_missing_nvidia_ml_py_names_the_venv(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)   # import pynvml raises ImportError
+    with pytest.raises(topology.TopologyError) as err:
+        topology.import_nvml()
+    assert "pip install nvidia-ml-py" in str(err.value) and sys.prefix in str(err.value)
+    assert "provision" in str(err.value)
+
+
+def test_fingerprint_ignores_use_and_identity(tmp_path):
+    spec = load_spec("proxmox-8x-rtx-pro-6000-vnuma")
+    base = read(spec, tmp_path / "a")
+    busy = read(spec, tmp_path / "b", processes={0: [(4242, 5 * GIB)]})
+    assert busy["gpus"][0]["processes"] == [{"pid": 4242, "used_memory_bytes": 5 * GIB}]
+    other = copy.deepcopy(spec)
+    other["driver_version"] = "580.105.08"
+    for i, g in enumerate(other["gpus"]):
+        g["uuid"] = "GPU-other-%d" % i
+        g["pcie"]["cur_gen"] = 1
+    assert base["fingerprint"] == busy["fingerprint"] == read(other, tmp_path / "c")["fingerprint"]
+    assert len(base["fingerprint"]) == 12 and int(base["fingerprint"], 16) >= 0
+    # What determines performance changes it.
+    numa_flat = read(load_spec("proxmox-8x-rtx-pro-6000-naive"), tmp_path / "d")
+    assert numa_flat["fingerprint"] != base["fingerprint"]
+    fewer = copy.deepcopy(spec)
+    fewer["gpus"][7]["memory_total_mib"] = 49152
+    assert read(fewer, tmp_path / "e")["fingerprint"] != base["fingerprint"]
+
+
+def test_fingerprint_independent_of_key_order(tmp_path):
+    facts = read(load_spec("proxmox-8x-rtx-pro-6000-vnuma"), tmp_path)
+    shuffled = json.loads(json.dumps(facts, sort_keys=True))
+    assert topology.fingerprint(shuffled) == facts["fingerprint"]
+
+
+def ids(facts):
+    return sorted({f["id"] for f in facts["findings"]})
+
+
+def test_findings_of_the_naive_vm(tmp_path):
+    facts = read(load_spec("proxmox-8x-rtx-pro-6000-naive"), tmp_path)
+    assert ids(facts) == ["p2p-chipset-not-supported", "vm-no-numa"]
+    by_id = {f["id"]: f for f in facts["findings"]}
+    assert "numa: 1" in by_id["vm-no-numa"]["remedy"] and "pxb-pcie" in by_id["vm-no-numa"]["remedy"]
+    assert "x-nv-gpudirect-clique" in by_id["p2p-chipset-not-supported"]["remedy"]
+    assert "every pair of the 8 GPUs" in by_id["p2p-chipset-not-supported"]["message"]
+    assert all(f["gpus"] == list(range(8)) and f["severity"] == "warning" for f in facts["findings"])
+
+
+def test_findings_busy_mixed_mig_persistence_pcie(tmp_path):
+    spec = load_spec("proxmox-8x-rtx-pro-6000-vnuma")
+    spec["gpus"][2]["mig"] = True
+    spec["gpus"][3]["pcie"]["cur_width"] = 8
+    spec["gpus"][4]["pcie"]["cur_gen"] = 1
+    spec["gpus"][7]["name"] = "NVIDIA RTX 6000 Ada Generation"
+    spec["gpus"][7]["memory_total_mib"] = 49140
+    spec["gpus"][6]["memory_reserved_mib"] = 2048
+    facts = read(spec, tmp_path, processes={1: [(777, GIB)]})
+    by_id = {}
+    for f in facts["findings"]:
+        by_id.setdefault(f["id"], []).append(f)
+    assert sorted(by_id) == ["gpu-busy", "mig-enabled", "mixed-gpu-models", "pcie-link-degraded"]
+    assert by_id["gpu-busy"][0]["gpus"] == [1, 6] and "777" in by_id["gpu-busy"][0]["message"]
+    assert "--tags cleanup" in by_id["gpu-busy"][0]["remedy"]
+    assert by_id["mig-enabled"][0]["gpus"] == [2]
+    assert [(f["severity"], f["gpus"]) for f in by_id["pcie-link-degraded"]] == [("warning", [3]), ("info", [4])]
+    assert "x8 of x16" in by_id["pcie-link-degraded"][0]["message"]
+    assert "topolaunch_gpus" in by_id["mixed-gpu-models"][0]["remedy"]
+    # Persistence off is reported with the fix.
+    overrides = {("nvmlDeviceGetPersistenceMode", Handle(5)): 0}
+    facts = read(load_spec("proxmox-8x-rtx-pro-6000-vnuma"), tmp_path / "p", overrides=overrides)
+    (persist,) = facts["findings"]
+    assert (persist["id"], persist["gpus"]) == ("persistence-off", [5])
+    assert "nvidia-smi -pm 1" in persist["remedy"] and "nvidia-persistenced" in persist["remedy"]
+
+
+def test_findings_have_stable_shape(tmp_path):
+    facts = read(load_spec("proxmox-8x-rtx-pro-6000-naive"), tmp_path)
+    for f in facts["findings"]:
+        assert set(f) == {"id", "severity", "gpus", "message", "remedy"}
+        assert f["severity"] in ("warning", "info") and f["message"] and f["remedy"]
