@@ -582,6 +582,18 @@ class HostRuntime:
             changed.append("/etc/fake-nvml/sysfs")
         return changed
 
+    def apply_live(self, host, changed):
+        """Files changed under a running host that a running system only reads at start: apply them."""
+        cmds = []
+        if "/etc/hostname" in changed:
+            cmds.append(f"hostname {host.name}")
+        if any(c.startswith("/etc/ssh/") for c in changed):
+            cmds.append("systemctl reload-or-restart ssh")
+        if cmds:
+            proc = run(ssh_cmd(host.port, " && ".join(cmds)), timeout=30)
+            if proc.returncode != 0:
+                raise LabError(f"{self.name}: applying {', '.join(changed)} failed: {proc.stderr.strip()}")
+
     def start(self):
         with open(self.console, "ab") as out:
             proc = subprocess.Popen(
@@ -736,8 +748,7 @@ def cmd_up(lab, args):
                 rt.stop(st.get("port"))
             if rt.running():
                 changed = rt.configure(host, pubkey)
-                if "/etc/ssh/sshd_config.d/10-lab-listen.conf" in changed:
-                    raise LabError(f"{host.name}: sshd config changed on a running host (unexpected)")
+                rt.apply_live(host, changed)
                 note = f"; updated {', '.join(changed)}" if changed else ""
                 log(f"{host.name}: running (pid {st['nspawn']['pid']}), reusing{note}")
                 booting[host.name] = (rt, host, None)
