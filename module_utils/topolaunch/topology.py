@@ -13,9 +13,9 @@ import json
 import os
 
 from .topology_findings import findings
-from .topology_render import render_matrix, render_p2p
+from .topology_render import cpulist, render_matrix, render_p2p, render_report
 
-__all__ = ["read_topology", "derive", "render_matrix", "render_p2p", "fingerprint", "findings",
+__all__ = ["read_topology", "derive", "render_matrix", "render_p2p", "render_report", "fingerprint", "findings",
            "import_nvml", "TopologyError", "P2P_INDICES"]
 
 # nvmlReturn_t values (nvml.h)
@@ -128,20 +128,6 @@ def _text(value):
 def _mask_bits(words):
     """Indices of set bits in an array of 64-bit words (NVML affinity masks)."""
     return [w * 64 + b for w, word in enumerate(words) for b in range(64) if int(word) >> b & 1]
-
-
-def cpulist(cpus):
-    """[0, 1, 2, 5] -> "0-2,5" (the kernel's cpulist format, as nvidia-smi prints CPU affinity)."""
-    parts, cpus = [], sorted(cpus)
-    start = prev = None
-    for cpu in cpus + [None]:
-        if start is not None and (cpu is None or cpu != prev + 1):
-            parts.append(str(start) if start == prev else "%d-%d" % (start, prev))
-            start = None
-        if cpu is not None and start is None:
-            start = cpu
-        prev = cpu
-    return ",".join(parts)
 
 
 def sysfs_bus_id(bus_id):
@@ -377,6 +363,7 @@ def derive(raw):
     facts["fingerprint"] = fingerprint(facts)
     facts["findings"] = findings(facts)
     facts["rendered"] = {"matrix": render_matrix(facts), "p2p_read": render_p2p(facts, "read")}
+    facts["rendered"]["report"] = render_report(facts)
     return facts
 
 

@@ -47,9 +47,11 @@ def _numa_findings(facts):
             "%s run in a VM that exposes no NUMA node for them (nvidia-smi shows NUMA Affinity N/A; sysfs numa_node "
             "is -1): the planner cannot keep tensor-parallel groups inside one CPU socket." % _gpus(unknown),
             "Give the VM the host's NUMA layout: in Proxmox set `numa: 1` and one `numaN: cpus=..,hostnodes=N,"
-            "memory=..,policy=bind` per host socket, and place each GPU behind a pxb-pcie expander bridge bound to "
-            "its host node (`args: -device pxb-pcie,id=pxbN,bus_nr=..,numa_node=N` and hostpciX on that bus). "
-            "Check on the host with `nvidia-smi topo -m`.")]
+            "memory=..,policy=bind` per host socket; GPUs get a guest NUMA node only behind a pxb-pcie expander "
+            "bridge in the VM's `args:` (root only), e.g. `-device pxb-pcie,id=pxb1,bus_nr=128,numa_node=1,bus=pcie.0 "
+            "-device pcie-root-port,id=rp1,bus=pxb1,chassis=1 -device vfio-pci,host=<bus>,bus=rp1` for each GPU of "
+            "host node 1 instead of its hostpciN line. "
+            "Compare with `nvidia-smi topo -m` on the host.")]
     return [_finding(
         "numa-unknown", "info", unknown,
         "No NUMA node is known for %s (NVML memory affinity empty, sysfs numa_node -1)." % _gpus(unknown),

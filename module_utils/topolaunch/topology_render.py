@@ -4,6 +4,21 @@ The layout (tabs, the underlined header, the legend) was copied from nvidia-smi 
 (tests/fixtures/nvml/), so a rendered table can be compared with nvidia-smi's byte for byte.
 """
 
+
+def cpulist(cpus):
+    """[0, 1, 2, 5] -> "0-2,5" (the kernel's cpulist format, as nvidia-smi prints CPU affinity)."""
+    parts, cpus = [], sorted(cpus)
+    start = prev = None
+    for cpu in cpus + [None]:
+        if start is not None and (cpu is None or cpu != prev + 1):
+            parts.append(str(start) if start == prev else "%d-%d" % (start, prev))
+            start = None
+        if cpu is not None and start is None:
+            start = cpu
+        prev = cpu
+    return ",".join(parts)
+
+
 UNDERLINE = "\x1b[4m"
 RESET = "\x1b[0m"
 
@@ -61,3 +76,23 @@ def render_p2p(facts, kind="read"):
     for i in range(n):
         lines.append(" GPU%d\t" % i + "".join("%s\t" % _P2P_SMI_WORD.get(w, w) for w in matrix[i]))
     return "\n".join(lines) + "\n" + P2P_LEGEND
+
+
+def _plain(text):
+    """nvidia-smi text for a log: no ANSI escapes, tabs expanded to nvidia-smi's terminal columns."""
+    return [line.expandtabs().rstrip() for line in text.replace(UNDERLINE, "").replace(RESET, "").splitlines()]
+
+
+def render_report(facts):
+    """Lines for a human: the matrix and P2P read table without escapes or tabs, then the findings."""
+    lines = _plain(render_matrix(facts).split("\nLegend:")[0]) + [""]
+    lines += _plain(render_p2p(facts, "read").split("\nLegend:")[0]) + [""]
+    lines.append("fingerprint %s, driver %s, CUDA %s, %d GPU(s): %s" % (
+        facts["fingerprint"], facts["driver_version"], facts["cuda_driver_version"], facts["gpu_count"],
+        ", ".join(sorted({g["name"] for g in facts["gpus"]}))))
+    if not facts["findings"]:
+        lines.append("findings: none")
+    for f in facts["findings"]:
+        lines.append("%s %s (GPU %s): %s" % (f["severity"].upper(), f["id"], cpulist(f["gpus"]), f["message"]))
+        lines.append("    fix: " + f["remedy"])
+    return lines

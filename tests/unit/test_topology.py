@@ -93,6 +93,16 @@ EXPECTED_P2P_READ = {
 }
 
 
+def expected_nvlinks(spec, i, j):
+    """NV# nvidia-smi shows for a pair: NVSwitch: min(active links) of the two; direct: the pair's links."""
+    nvlink = spec.get("nvlink", {})
+    if i == j:
+        return 0
+    if nvlink.get("fabric") == "nvswitch":
+        return min(spec["gpus"][i]["nvlinks"], spec["gpus"][j]["nvlinks"])
+    return sum(links for a, b, links in nvlink.get("pairs", []) if {a, b} == {i, j})
+
+
 def all_specs():
     return sorted(p.stem for p in SPECS.glob("*.json"))
 
@@ -117,14 +127,13 @@ def test_facts_match_spec(name, tmp_path):
         assert g["cpu_affinity"] == s["cpu_affinity"]
         assert g["nvlinks_active"] == s["nvlinks"]
         assert g["mig_enabled"] is s["mig"]
+        assert g["persistence_mode"] is s.get("persistence_mode", True)
         assert g["virtualization_mode"] == ("passthrough" if spec["virtualization"] == "passthrough" else "none")
     default = spec.get("p2p", {}).get("default", "OK")
     for i in range(n):
         for j in range(n):
             assert facts["p2p"]["read"][i][j] == ("X" if i == j else default)
-            expected_nv = 0
-            if i != j and spec.get("nvlink", {}).get("fabric") == "nvswitch":
-                expected_nv = min(spec["gpus"][i]["nvlinks"], spec["gpus"][j]["nvlinks"])
+            expected_nv = expected_nvlinks(spec, i, j)
             assert facts["nvlink_counts"][i][j] == expected_nv
             if i != j:
                 word = "NV%d" % expected_nv if expected_nv else spec["pcie_topology"][i][j]
@@ -322,3 +331,19 @@ def test_findings_have_stable_shape(tmp_path):
     for f in facts["findings"]:
         assert set(f) == {"id", "severity", "gpus", "message", "remedy"}
         assert f["severity"] in ("warning", "info") and f["message"] and f["remedy"]
+
+
+def test_findings_of_the_degraded_vm(tmp_path):
+    facts = read(load_spec("proxmox-8x-rtx-pro-6000-degraded"), tmp_path)
+    assert [(f["id"], f["severity"], f["gpus"]) for f in facts["findings"]] == [
+        ("pcie-link-degraded", "warning", [5]), ("persistence-off", "info", list(range(8)))]
+    assert "GPU 5 x8 of x16 (Gen4 of Gen5)" in facts["findings"][0]["message"]
+
+
+def test_report_lines_are_plain_text(tmp_path):
+    facts = read(load_spec("proxmox-8x-rtx-pro-6000-naive"), tmp_path)
+    report = facts["rendered"]["report"]
+    assert report[1] == "GPU0     X      PHB     PHB     PHB     PHB     PHB     PHB     PHB     N/A     N/A             N/A"
+    assert not any("\t" in line or "\x1b" in line or line != line.rstrip() for line in report)
+    assert report[-4].startswith("WARNING vm-no-numa (GPU 0-7): ")
+    assert report[-3].startswith("    fix: Give the VM")

@@ -76,7 +76,7 @@ def synthesize(spec, processes=None):
         ans("nvmlDeviceGetCpuAffinity", h, 16, result=mask(g["cpu_affinity"], 16))
         ans("nvmlDeviceGetVirtualizationMode", h, result=1 if spec["virtualization"] == "passthrough" else 0)
         ans("nvmlDeviceGetMigMode", h, result=[int(g["mig"]), int(g["mig"])])
-        ans("nvmlDeviceGetPersistenceMode", h, result=1)
+        ans("nvmlDeviceGetPersistenceMode", h, result=int(g.get("persistence_mode", True)))
         ans("nvmlDeviceGetComputeRunningProcesses", h,
             result=[{"__obj__": {"pid": pid, "usedGpuMemory": b}} for pid, b in processes.get(i, [])])
         links = g["nvlinks"]
