@@ -595,10 +595,13 @@ class HostRuntime:
                 raise LabError(f"{self.name}: applying {', '.join(changed)} failed: {proc.stderr.strip()}")
 
     def start(self):
+        # Under a systemd PID 1, nspawn puts the container in a transient scope of its own (delegated cgroup);
+        # elsewhere (containers, sandboxes) there is no one to ask, so it stays in our cgroup (--keep-unit).
+        scope = [] if os.path.isdir("/run/systemd/system") else ["--keep-unit"]
         with open(self.console, "ab") as out:
             proc = subprocess.Popen(
                 ["systemd-nspawn", "-D", self.root, "-M", self.machine, f"--hostname={self.name}",
-                 "--register=no", "--keep-unit", "--settings=no", "--console=passive", "--boot"],
+                 "--register=no", *scope, "--settings=no", "--console=passive", "--boot"],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         starttime = wait_for(lambda: proc_starttime(proc.pid), 5, f"systemd-nspawn for {self.name} to start")
         st = self.state()
@@ -619,7 +622,8 @@ class HostRuntime:
             if not self.running():
                 raise LabError(f"{self.name}: systemd-nspawn exited during boot; console log {self.console}:\n"
                                + self.console_tail())
-            return system_state(port) in ("running", "degraded") and system_state(port)
+            state = system_state(port)
+            return state if state in ("running", "degraded") else None
         try:
             return wait_for(ready, timeout, f"{self.name} to answer ssh on 127.0.0.1:{port} with "
                                             "`systemctl is-system-running` = running or degraded")
@@ -785,8 +789,9 @@ def known_hosts(lab):
     """Hosts of the inventory plus any host with state left from an earlier inventory."""
     names = {h.name: h.port for h in lab.hosts}
     for f in glob.glob(os.path.join(lab.state_dir, "hosts", "*", "host.json")):
-        name = os.path.basename(os.path.dirname(f))
-        names.setdefault(name, (read_json(f) or {}).get("port"))
+        port = (read_json(f) or {}).get("port")  # the port a running host was booted with wins
+        if port is not None or os.path.basename(os.path.dirname(f)) not in names:
+            names[os.path.basename(os.path.dirname(f))] = port
     return names
 
 
