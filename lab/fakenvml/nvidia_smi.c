@@ -320,7 +320,7 @@ static void table(void)
     const char *rule = "+-----------------------------------------+------------------------+----------------------+";
     printf("%s\n", stamp);
     printf("+-----------------------------------------------------------------------------------------+\n");
-    char line[256];
+    char line[640];
     snprintf(line, sizeof(line), " NVIDIA-SMI %-22s Driver Version: %-14s CUDA Version: %d.%d", driver, driver, cuda / 1000,
              (cuda % 1000) / 10);
     printf("|%-89s|\n", line);
