@@ -86,7 +86,9 @@ class Procs:
 
 @pytest.fixture
 def nvml(fake_nvml):
-    return fake_nvml.use(SPEC)
+    import pynvml  # pylint: disable=import-outside-toplevel
+    fake_nvml.use(SPEC)
+    return pynvml
 
 
 @pytest.fixture
