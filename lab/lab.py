@@ -827,9 +827,11 @@ def cmd_down(lab, args):
         if errors or left:
             raise LabError("lab-down left things behind:\n  " + "\n  ".join([str(e) for e in errors] + left))
         if args.purge:
-            for name in hosts:
-                shutil.rmtree(HostRuntime(lab, name).dir)
-            log(f"lab {lab.name}: host disks removed")
+            disks = [HostRuntime(lab, name).dir for name in hosts if os.path.isdir(HostRuntime(lab, name).dir)]
+            for d in disks:
+                shutil.rmtree(d)
+            if disks:
+                log(f"lab {lab.name}: host disks removed ({len(disks)})")
     log(f"lab {lab.name}: down; no process, mount or veth left")
 
 
