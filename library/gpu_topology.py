@@ -51,7 +51,14 @@ ansible_facts:
         links: [["X", "NV18"], ["NV18", "X"]]
         fingerprint: 1a2b3c4d5e6f
         findings: []
+query_seconds:
+  description: Wall time of the NVML query and the derived facts in the module (import of nvidia-ml-py included).
+  returned: success
+  type: float
+  sample: 0.0123
 """
+
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.topolaunch.topology import TopologyError, import_nvml, read_topology
@@ -60,11 +67,13 @@ from ansible.module_utils.topolaunch.topology import TopologyError, import_nvml,
 def main():
     module = AnsibleModule(argument_spec={"sysfs_root": {"type": "path", "default": "/sys"}},
                            supports_check_mode=True)
+    start = time.monotonic()
     try:
         facts = read_topology(import_nvml(), module.params["sysfs_root"])
     except TopologyError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, ansible_facts={"gpu_topology": facts})
+    module.exit_json(changed=False, ansible_facts={"gpu_topology": facts},
+                     query_seconds=round(time.monotonic() - start, 4))
 
 
 if __name__ == "__main__":

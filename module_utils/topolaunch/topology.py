@@ -69,11 +69,16 @@ def import_nvml():
         import pynvml  # pylint: disable=import-outside-toplevel
     except ImportError as exc:
         import sys  # pylint: disable=import-outside-toplevel
-        raise TopologyError(
-            "nvidia-ml-py (import name pynvml) is not importable by %s (%s). The topology module runs under the "
-            "tools venv: run the provision stage (ansible-playbook deploy.yml --tags provision), or "
-            "`%s -m pip install nvidia-ml-py` into the venv %s; point topolaunch_tools_python at a python "
-            "that has it." % (sys.executable, exc, sys.executable, sys.prefix)) from exc
+        if sys.prefix == sys.base_prefix:
+            fix = ("%s is a system python, not the tools venv: set topolaunch_tools_python to the tools venv's "
+                   "python (default /opt/topolaunch/tools/bin/python), made with nvidia-ml-py by the provision stage "
+                   "(ansible-playbook deploy.yml --tags provision)" % sys.executable)
+        else:
+            fix = ("run the provision stage (ansible-playbook deploy.yml --tags provision), or "
+                   "`%s -m pip install nvidia-ml-py` to pip install nvidia-ml-py into the venv %s"
+                   % (sys.executable, sys.prefix))
+        raise TopologyError("nvidia-ml-py (import name pynvml) is not importable by %s (%s): %s."
+                            % (sys.executable, exc, fix)) from exc
     return pynvml
 
 

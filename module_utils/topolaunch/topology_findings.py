@@ -13,11 +13,13 @@
 | persistence-off | info | persistence mode off |
 """
 
+from .topology_render import cpulist
+
 BUSY_BYTES = 1 << 30   # used memory above this, with or without processes, counts as busy (drivers keep ~0.6 GB)
 
 
 def _gpus(ids):
-    return "GPU " + ", ".join(str(i) for i in ids) if len(ids) == 1 else "GPUs " + ", ".join(str(i) for i in ids)
+    return ("GPU %d" % ids[0]) if len(ids) == 1 else "GPUs " + cpulist(ids)
 
 
 def _pairs(facts, kind, words):

@@ -141,10 +141,20 @@ def test_gpu_lost_mid_query_names_the_fix(tmp_path, call, code):
 
 def test_missing_nvidia_ml_py_names_the_venv(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)   # import pynvml raises ImportError
+    monkeypatch.setattr(sys, "prefix", "/opt/topolaunch/tools")
+    monkeypatch.setattr(sys, "base_prefix", "/usr")
     with pytest.raises(topology.TopologyError) as err:
         topology.import_nvml()
-    assert "pip install nvidia-ml-py" in str(err.value) and sys.prefix in str(err.value)
-    assert "provision" in str(err.value)
+    assert "pip install nvidia-ml-py into the venv /opt/topolaunch/tools" in str(err.value)
+    assert "--tags provision" in str(err.value)
+
+
+def test_missing_nvidia_ml_py_in_system_python_points_to_the_venv(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    monkeypatch.setattr(sys, "prefix", "/usr")
+    monkeypatch.setattr(sys, "base_prefix", "/usr")
+    with pytest.raises(topology.TopologyError, match="is a system python, not the tools venv: set topolaunch_tools_python"):
+        topology.import_nvml()
 
 
 def test_fingerprint_ignores_use_and_identity(tmp_path):

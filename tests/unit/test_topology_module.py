@@ -1,0 +1,55 @@
+"""library/gpu_topology.py main(): facts through the fake NVML, check mode, and failures as module errors."""
+import json
+
+import pytest
+
+import gpu_topology
+from ansible.module_utils.testing import patch_module_args
+from topology_cases import EXPECTED_MATRIX, make_sysfs
+
+
+def run_module(args, capsys, check_mode=False):
+    if check_mode:
+        args = dict(args, _ansible_check_mode=True)
+    with patch_module_args(args), pytest.raises(SystemExit) as exc:
+        gpu_topology.main()
+    return exc.value.code, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_module_returns_facts(fake_nvml, tmp_path, capsys, check_mode):
+    spec = fake_nvml.use("proxmox-8x-rtx-pro-6000-vnuma", init=False)
+    code, out = run_module({"sysfs_root": make_sysfs(tmp_path, spec)}, capsys, check_mode)
+    assert code == 0 and out["changed"] is False
+    assert 0 < out["query_seconds"] < 0.5
+    facts = out["ansible_facts"]["gpu_topology"]
+    assert facts["gpu_count"] == 8
+    assert facts["rendered"]["matrix"] == EXPECTED_MATRIX["proxmox-8x-rtx-pro-6000-vnuma"]
+    assert facts["islands"]["numa"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_module_uses_sysfs_root(fake_nvml, tmp_path, capsys):
+    spec = fake_nvml.use("proxmox-8x-rtx-pro-6000-naive", init=False)
+    for gpu in spec["gpus"]:
+        gpu["sysfs_numa_node"] = 0 if gpu["pci_bus_id"] < "00000000:14" else 1
+    code, out = run_module({"sysfs_root": make_sysfs(tmp_path, spec)}, capsys)
+    assert code == 0
+    facts = out["ansible_facts"]["gpu_topology"]
+    assert facts["islands"]["numa"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert [f["id"] for f in facts["findings"]] == ["p2p-chipset-not-supported"]
+
+
+def test_module_fails_with_the_fix(fake_nvml, tmp_path, capsys, monkeypatch):
+    fake_nvml.use("proxmox-8x-rtx-pro-6000-vnuma", init=False)
+    monkeypatch.setenv("FAKE_NVML_SPEC", str(tmp_path / "missing.json"))   # the fake: driver not loaded
+    code, out = run_module({}, capsys)
+    assert code == 1 and out["failed"] is True
+    assert "kernel driver not loaded" in out["msg"] and "modprobe nvidia" in out["msg"]
+
+
+def test_module_fails_without_nvidia_ml_py(capsys, monkeypatch):
+    def missing():
+        raise gpu_topology.TopologyError("nvidia-ml-py (import name pynvml) is not importable by /x/bin/python")
+    monkeypatch.setattr(gpu_topology, "import_nvml", missing)
+    code, out = run_module({}, capsys)
+    assert code == 1 and out["msg"].startswith("nvidia-ml-py (import name pynvml) is not importable")
