@@ -1,0 +1,398 @@
+#!/usr/bin/env python3
+"""Build the lab's stand-in package repository (served to lab hosts over HTTP by lab/lab.py).
+
+    lab/repo/build.py --out build/repo
+
+Layout of OUT (the URL root, inventory var `lab_repo_url`):
+
+    apt/debian12/x86_64/     flat apt repository like NVIDIA's CUDA repository for Debian 12: stand-in .debs with
+                             the real package names (open driver branches 570/580/590, nvidia-persistenced,
+                             cuda-toolkit-12-8/12-9), Packages(.gz), Release signed as InRelease and Release.gpg
+    keyring/<port>/          cuda-keyring_1.1-1_all.deb whose sources list points at http://127.0.0.1:<port>/apt/...
+                             (the real cuda-keyring hard-codes NVIDIA's URL; each lab serves on its own port)
+    pip/                     SGLang simulator wheel + the PyPI wheels the lab venvs need, index.html for --find-links
+    models/<name>.tar        stand-in model directory (config.json + model.safetensors.index.json, no weights)
+    hf/                      static stand-in of the Hugging Face endpoints the model_weights pre-checks read
+
+The signing key is generated once into OUT-signing/ (next to OUT, not served) and reused, so keyring packages
+built earlier stay valid. The driver library package carries the fake NVML (build/fakenvml, `make fakenvml`).
+Re-running is cheap: pip wheels are downloaded only when the wanted set changed.
+"""
+import argparse
+import gzip
+import hashlib
+import html
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DISTRO = "debian12"
+ARCH = "x86_64"
+MAINTAINER = "topolaunch lab <lab@topolaunch.invalid>"
+KEY_UID = "topolaunch lab repository (stand-in for NVIDIA CUDA) <lab@topolaunch.invalid>"
+KEYRING_VERSION = "1.1-1"
+KEYRING_PATH = "/usr/share/keyrings/cuda-archive-keyring.gpg"
+
+# Driver branches as NVIDIA's Debian 12 repository versions them. 590 exists so that pinning 580 means something.
+DRIVER_VERSIONS = {"570": "570.195.03-1", "580": "580.95.05-1", "590": "590.44.01-1"}
+
+# CUDA toolkits: package version and what the real nvcc --version prints for that release.
+CUDA_TOOLKITS = {
+    "12.8": {"version": "12.8.1-1", "nvcc": "V12.8.93", "built": "Fri_Feb_21_20:23:50_PST_2025",
+             "build": "cuda_12.8.r12.8/compiler.35583870_0"},
+    "12.9": {"version": "12.9.1-1", "nvcc": "V12.9.86", "built": "Tue_May_27_02:21:03_PDT_2025",
+             "build": "cuda_12.9.r12.9/compiler.36037853_0"},
+}
+
+# Hugging Face stand-in: repo id -> (pinned revision, gated). The lab inventory pins the same revision.
+HF_REPOS = {
+    "nvidia/GLM-5-NVFP4": ("3c5a8b2e9d41f07a6b1c2d3e4f5a6b7c8d9e0f1a", False),
+    "topolaunch-lab/gated-model": ("0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e", "manual"),
+}
+
+TMPFILES_CONF = "d /run/fake-nvml 1777 root root -\n"
+PERSISTENCED = """#!/bin/sh
+# topolaunch lab stand-in for nvidia-persistenced: there is no kernel driver to keep initialised in the lab.
+# It checks that NVML (the fake) answers, then idles so that systemd sees a running persistence daemon.
+if ! /usr/bin/nvidia-smi -L; then
+    echo "nvidia-persistenced (lab stand-in): NVML does not answer" >&2
+    exit 1
+fi
+exec sleep infinity
+"""
+PERSISTENCED_UNIT = """[Unit]
+Description=NVIDIA Persistence Daemon (topolaunch lab stand-in)
+
+[Service]
+Type=simple
+ExecStart=/usr/bin/nvidia-persistenced
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, check=True, **kw)
+
+
+def sha(path, algo):
+    h = hashlib.new(algo)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def build_deb(outdir, name, version, description, files=None, depends=None, arch="amd64", scripts=None,
+              conffiles=(), extra=None):
+    """Build NAME_VERSION_ARCH.deb with dpkg-deb. files: {abs path: (bytes, mode)}."""
+    files = files or {}
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "root"
+        (root / "DEBIAN").mkdir(parents=True)
+        size = 0
+        for path, (data, mode) in files.items():
+            dest = root / path.lstrip("/")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if data is None:
+                dest.mkdir(exist_ok=True)
+                continue
+            dest.write_bytes(data)
+            dest.chmod(mode)
+            size += len(data)
+        control = {
+            "Package": name, "Version": version, "Architecture": arch, "Maintainer": MAINTAINER,
+            "Installed-Size": str(max(1, (size + 1023) // 1024)), "Section": "multiverse/devel",
+            "Priority": "optional",
+        }
+        if depends:
+            control["Depends"] = ", ".join(depends)
+        control.update(extra or {})
+        lines = [f"{k}: {v}" for k, v in control.items()]
+        summary, _, body = description.partition("\n")
+        lines.append(f"Description: {summary}")
+        for line in (body or "topolaunch lab stand-in: no real NVIDIA software inside.").splitlines():
+            lines.append(" " + (line or "."))
+        (root / "DEBIAN" / "control").write_text("\n".join(lines) + "\n")
+        if conffiles:
+            (root / "DEBIAN" / "conffiles").write_text("".join(c + "\n" for c in conffiles))
+        for script, text in (scripts or {}).items():
+            p = root / "DEBIAN" / script
+            p.write_text(text)
+            p.chmod(0o644 if script == "triggers" else 0o755)
+        deb = Path(outdir) / f"{name}_{version}_{arch}.deb"
+        run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)], stdout=subprocess.DEVNULL)
+    return deb
+
+
+def doc(name, text):
+    return {f"/usr/share/doc/{name}/README.lab": (text.encode(), 0o644)}
+
+
+def driver_packages(outdir, fakenvml):
+    lib = (fakenvml / "libnvidia-ml.so.1").read_bytes()
+    smi = (fakenvml / "nvidia-smi").read_bytes()
+    for branch, version in DRIVER_VERSIONS.items():
+        upstream = version.split("-")[0]
+        exact = f"(= {version})"
+        build_deb(
+            outdir, "libnvidia-ml1", version,
+            "NVIDIA Management Library (NVML) runtime library (lab stand-in)\n"
+            "Installs the lab's fake libnvidia-ml.so.1, which serves /etc/fake-nvml/spec.json as GPUs.",
+            files={"/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1": (lib, 0o644),
+                   "/usr/lib/tmpfiles.d/fake-nvml.conf": (TMPFILES_CONF.encode(), 0o644),
+                   **doc("libnvidia-ml1", f"Fake NVML standing in for driver {upstream}.\n")},
+            scripts={
+                "postinst": "#!/bin/sh\nset -e\n"
+                            "if [ \"$1\" = configure ] && command -v systemd-tmpfiles >/dev/null; then\n"
+                            "    systemd-tmpfiles --create /usr/lib/tmpfiles.d/fake-nvml.conf\nfi\n",
+                "triggers": "activate-noawait ldconfig\n"},
+        )
+        build_deb(outdir, "nvidia-smi", version,
+                  "NVIDIA System Management Interface (lab stand-in)\nAnswers from the fake NVML.",
+                  files={"/usr/bin/nvidia-smi": (smi, 0o755)}, depends=[f"libnvidia-ml1 {exact}"])
+        build_deb(outdir, "nvidia-persistenced", version, "daemon to maintain persistent software state in the NVIDIA driver",
+                  files={"/usr/bin/nvidia-persistenced": (PERSISTENCED.encode(), 0o755),
+                         "/lib/systemd/system/nvidia-persistenced.service": (PERSISTENCED_UNIT.encode(), 0o644)},
+                  depends=[f"nvidia-smi {exact}"])
+        build_deb(outdir, "nvidia-kernel-open-dkms", version,
+                  "NVIDIA binary kernel module DKMS source (open GPU kernel modules edition, lab stand-in)\n"
+                  "No module: a kernel module cannot load in a systemd-nspawn lab host.",
+                  files={f"/usr/src/nvidia-{upstream}/README.lab":
+                         (b"No kernel module source: the topolaunch lab cannot load kernel modules.\n", 0o644)},
+                  extra={"Provides": "nvidia-kernel-dkms-any", "Conflicts": "nvidia-kernel-dkms"})
+        build_deb(outdir, "nvidia-driver-cuda", version, "NVIDIA driver CUDA integration components (lab stand-in)",
+                  depends=[f"libnvidia-ml1 {exact}", f"nvidia-smi {exact}"],
+                  extra={"Recommends": f"nvidia-persistenced {exact}"})
+        build_deb(outdir, "nvidia-open", version, "NVIDIA driver with open kernel modules, metapackage (lab stand-in)",
+                  depends=[f"nvidia-driver-cuda {exact}", f"nvidia-kernel-open-dkms {exact}"], arch="amd64")
+        print(f"  driver branch {branch}: {version}")
+
+
+def cuda_packages(outdir):
+    for release, info in CUDA_TOOLKITS.items():
+        dash = release.replace(".", "-")
+        prefix = f"/usr/local/cuda-{release}"
+        nvcc = (
+            "#!/bin/sh\n# topolaunch lab stand-in for nvcc: only --version is implemented.\n"
+            "case \"$1\" in\n  --version|-V)\n    cat <<'EOF'\n"
+            "nvcc: NVIDIA (R) Cuda compiler driver\nCopyright (c) 2005-2025 NVIDIA Corporation\n"
+            f"Built on {info['built']}\nCuda compilation tools, release {release}, {info['nvcc']}\n"
+            f"Build {info['build']}\nEOF\n    ;;\n"
+            "  *)\n    echo \"nvcc (topolaunch lab stand-in): only --version is implemented\" >&2\n    exit 1\n    ;;\nesac\n"
+        )
+        full = info["version"].split("-")[0]
+        version_json = json.dumps({"cuda": {"name": "CUDA SDK", "version": full}}, indent=3) + "\n"
+        prio = release.replace(".", "")
+        build_deb(
+            outdir, f"cuda-toolkit-{dash}", info["version"], f"CUDA Toolkit {release} (lab stand-in)",
+            files={f"{prefix}/bin/nvcc": (nvcc.encode(), 0o755),
+                   f"{prefix}/lib64": (None, 0o755),
+                   f"{prefix}/version.json": (version_json.encode(), 0o644)},
+            scripts={
+                "postinst": "#!/bin/sh\nset -e\nif [ \"$1\" = configure ]; then\n"
+                            f"    update-alternatives --install /usr/local/cuda cuda {prefix} {prio}\n"
+                            f"    update-alternatives --install /usr/local/cuda-{release.split('.')[0]} "
+                            f"cuda-{release.split('.')[0]} {prefix} {prio}\nfi\n",
+                "prerm": "#!/bin/sh\nset -e\nif [ \"$1\" = remove ]; then\n"
+                         f"    update-alternatives --remove cuda {prefix}\n"
+                         f"    update-alternatives --remove cuda-{release.split('.')[0]} {prefix}\nfi\n",
+            },
+        )
+        print(f"  cuda-toolkit-{dash} {info['version']}")
+
+
+def signing_key(gnupg):
+    """Generate the repository signing key once; return (gpg env, binary public keyring bytes)."""
+    gnupg.mkdir(parents=True, exist_ok=True)
+    gnupg.chmod(0o700)
+    env = dict(os.environ, GNUPGHOME=str(gnupg))
+    listed = subprocess.run(["gpg", "--batch", "--list-secret-keys", "--with-colons"], env=env,
+                            capture_output=True, text=True, check=True).stdout
+    if "sec:" not in listed:
+        print("  generating the repository signing key")
+        run(["gpg", "--batch", "--quiet", "--passphrase", "", "--quick-gen-key", KEY_UID, "rsa3072", "sign", "never"],
+            env=env)
+    keyring = subprocess.run(["gpg", "--batch", "--export", KEY_UID], env=env, capture_output=True, check=True).stdout
+    if not keyring:
+        sys.exit(f"gpg exported no public key for {KEY_UID!r} from {gnupg}")
+    return env, keyring
+
+
+def index_and_sign(repo, env):
+    """Write Packages, Packages.gz, Release, InRelease, Release.gpg for the flat repository REPO."""
+    paragraphs = []
+    for deb in sorted(repo.glob("*.deb")):
+        control = subprocess.run(["dpkg-deb", "--field", str(deb)], capture_output=True, text=True,
+                                 check=True).stdout.rstrip("\n")
+        paragraphs.append(
+            f"{control}\nFilename: ./{deb.name}\nSize: {deb.stat().st_size}\nMD5sum: {sha(deb, 'md5')}\n"
+            f"SHA1: {sha(deb, 'sha1')}\nSHA256: {sha(deb, 'sha256')}\n")
+    packages = "\n".join(paragraphs).encode()
+    (repo / "Packages").write_bytes(packages)
+    with gzip.GzipFile(repo / "Packages.gz", "wb", mtime=0) as f:
+        f.write(packages)
+    release = [
+        "Origin: topolaunch lab", "Label: NVIDIA CUDA", f"Architecture: {ARCH}",
+        "Date: " + time.strftime("%a, %d %b %Y %H:%M:%S UTC", time.gmtime()),
+        "Description: topolaunch lab stand-in for NVIDIA's CUDA repository",
+    ]
+    for field, algo in (("MD5Sum", "md5"), ("SHA1", "sha1"), ("SHA256", "sha256"), ("SHA512", "sha512")):
+        release.append(f"{field}:")
+        for name in ("Packages", "Packages.gz"):
+            p = repo / name
+            release.append(f" {sha(p, algo)} {p.stat().st_size:>16} {name}")
+    (repo / "Release").write_text("\n".join(release) + "\n")
+    for name in ("InRelease", "Release.gpg"):
+        (repo / name).unlink(missing_ok=True)
+    gpg = ["gpg", "--batch", "--quiet", "--yes", "--digest-algo", "SHA512", "--local-user", KEY_UID]
+    run(gpg + ["--clearsign", "--output", str(repo / "InRelease"), str(repo / "Release")], env=env)
+    run(gpg + ["--armor", "--detach-sign", "--output", str(repo / "Release.gpg"), str(repo / "Release")], env=env)
+
+
+def keyring_packages(out, keyring, ports):
+    """One cuda-keyring per lab port: the sources list names the URL as the real one names NVIDIA's."""
+    base = out / "keyring"
+    for port in ports:
+        url = f"http://127.0.0.1:{port}/apt/{DISTRO}/{ARCH}/"
+        pdir = base / str(port)
+        pdir.mkdir(parents=True, exist_ok=True)
+        build_deb(
+            pdir, "cuda-keyring", KEYRING_VERSION, "GPG keyring for the CUDA repository (lab stand-in)\n"
+            f"Points apt at the topolaunch lab repository {url} and trusts its signing key.",
+            arch="all",
+            files={KEYRING_PATH: (keyring, 0o644),
+                   f"/etc/apt/sources.list.d/cuda-{DISTRO}-{ARCH}.list":
+                       (f"deb [signed-by={KEYRING_PATH}] {url} /\n".encode(), 0o644),
+                   "/etc/apt/preferences.d/cuda-repository-pin-600":
+                       (b"Package: *\nPin: release l=NVIDIA CUDA\nPin-Priority: 600\n", 0o644)},
+            conffiles=[f"/etc/apt/sources.list.d/cuda-{DISTRO}-{ARCH}.list",
+                       "/etc/apt/preferences.d/cuda-repository-pin-600"],
+        )
+    print(f"  cuda-keyring for ports {ports[0]}-{ports[-1]}")
+
+
+def wanted_wheels():
+    """The PyPI packages the lab venvs install, read from the roles' own defaults (one source of truth)."""
+    defaults = yaml.safe_load((ROOT / "roles/topolaunch_tools/defaults/main.yml").read_text())
+    return list(defaults["topolaunch_tools_packages"])
+
+
+def pip_repo(out, python, sim_builder):
+    pipdir = out / "pip"
+    pipdir.mkdir(parents=True, exist_ok=True)
+    for old in pipdir.glob("sglang-*.whl"):
+        old.unlink()
+    run([python, str(sim_builder), "--out", str(pipdir)])
+    sims = sorted(pipdir.glob("sglang-*.whl"))
+    if len(sims) != 1:
+        sys.exit(f"{sim_builder} should leave one sglang-*.whl in {pipdir}, found {[s.name for s in sims]}")
+    wanted = wanted_wheels() + [str(sims[0])]
+    stamp_text = json.dumps([wanted_wheels(), sha(sims[0], "sha256")])
+    stamp = pipdir / ".download-stamp"
+    if stamp.exists() and stamp.read_text() == stamp_text:
+        print("  pip wheels up to date")
+    else:
+        print(f"  pip download (Python 3.11, manylinux x86_64): {' '.join(wanted_wheels())} + simulator deps")
+        run([python, "-m", "pip", "download", "--quiet", "--dest", str(pipdir), "--only-binary=:all:",
+             "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
+             "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
+             "--platform", "manylinux_2_28_x86_64", "--platform", "linux_x86_64", *wanted])
+        stamp.write_text(stamp_text)
+    links = "".join(f'<a href="{html.escape(w.name)}">{html.escape(w.name)}</a><br>\n'
+                    for w in sorted(pipdir.glob("*.whl")))
+    (pipdir / "index.html").write_text(f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n")
+    print(f"  pip: {len(list(pipdir.glob('*.whl')))} wheels")
+
+
+def model_archive(out, model_dir, name):
+    for f in ("config.json", "model.safetensors.index.json"):
+        if not (model_dir / f).is_file():
+            sys.exit(f"model fixture {model_dir} lacks {f}")
+    mdir = out / "models"
+    mdir.mkdir(parents=True, exist_ok=True)
+    dest = mdir / f"{name}.tar"
+    with tarfile.open(dest, "w", format=tarfile.GNU_FORMAT) as tar:
+        for f in ("config.json", "model.safetensors.index.json"):
+            info = tar.gettarinfo(str(model_dir / f), arcname=f)
+            info.mtime, info.uid, info.gid, info.uname, info.gname, info.mode = 0, 0, 0, "root", "root", 0o644
+            with open(model_dir / f, "rb") as fh:
+                tar.addfile(info, fh)
+    print(f"  models/{dest.name} from {model_dir}")
+    return json.loads((model_dir / "model.safetensors.index.json").read_text())
+
+
+def hf_standin(out, index):
+    """Files at the paths the model_weights pre-checks request from a Hugging Face endpoint."""
+    hf = out / "hf"
+    for repo_id, (revision, gated) in HF_REPOS.items():
+        api = hf / "api/models" / repo_id / "revision"
+        api.mkdir(parents=True, exist_ok=True)
+        info = {"id": repo_id, "sha": revision, "gated": gated, "private": False,
+                "siblings": [{"rfilename": "config.json"}, {"rfilename": "model.safetensors.index.json"}]}
+        (api / revision).write_text(json.dumps(info, indent=1) + "\n")
+        resolve = hf / repo_id / "resolve" / revision
+        resolve.mkdir(parents=True, exist_ok=True)
+        (resolve / "model.safetensors.index.json").write_text(json.dumps(index, indent=1) + "\n")
+    print(f"  hf stand-in: {', '.join(HF_REPOS)}")
+
+
+def port_range(text):
+    lo, _, hi = text.partition("-")
+    ports = list(range(int(lo), int(hi or lo) + 1))
+    if not ports or ports[0] < 1 or ports[-1] > 65535:
+        raise argparse.ArgumentTypeError(f"bad port range {text!r}")
+    return ports
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--fakenvml", type=Path, default=ROOT / "build/fakenvml",
+                    help="dir with libnvidia-ml.so.1 and nvidia-smi (make fakenvml)")
+    ap.add_argument("--model-dir", type=Path, default=ROOT / "tests/fixtures/models/glm-5-nvfp4")
+    ap.add_argument("--model-name", default="glm-5-nvfp4")
+    ap.add_argument("--sim-builder", type=Path, default=ROOT / "lab/sglang_sim/build_wheel.py")
+    ap.add_argument("--keyring-ports", type=port_range, default=port_range("18080-18119"),
+                    help="lab repository ports to build a cuda-keyring for (default 18080-18119)")
+    ap.add_argument("--python", default=sys.executable, help="python whose pip downloads the wheels")
+    ap.add_argument("--skip-pip", action="store_true", help="leave pip/ alone (no simulator, no download)")
+    args = ap.parse_args(argv)
+
+    for f in ("libnvidia-ml.so.1", "nvidia-smi"):
+        if not (args.fakenvml / f).is_file():
+            sys.exit(f"{args.fakenvml / f} is missing: run `make fakenvml` first")
+    for tool in ("dpkg-deb", "gpg"):
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} not found: apt-get install dpkg gnupg")
+    out = args.out.resolve()
+    print(f"building the lab repository in {out}")
+    apt = out / "apt" / DISTRO / ARCH
+    if apt.exists():
+        shutil.rmtree(apt)
+    apt.mkdir(parents=True)
+    gpg_env, keyring = signing_key(out.parent / (out.name + "-signing"))
+    driver_packages(apt, args.fakenvml)
+    cuda_packages(apt)
+    index_and_sign(apt, gpg_env)
+    keyring_packages(out, keyring, args.keyring_ports)
+    (out / "keyring" / "cuda-archive-keyring.gpg").write_bytes(keyring)
+    index = model_archive(out, args.model_dir, args.model_name)
+    hf_standin(out, index)
+    if not args.skip_pip:
+        pip_repo(out, args.python, args.sim_builder)
+    print("done")
+
+
+if __name__ == "__main__":
+    main()
