@@ -138,6 +138,15 @@ class Lab:
             raise LabError(f"lab_repo_port {port!r} in inventory {inventory_dir} is not a port number")
         self.repo_port = port
 
+    @classmethod
+    def from_state(cls, name):
+        """A lab known only by its state dir .lab/<name>/ (its inventory may be gone): enough to take it down."""
+        lab = cls.__new__(cls)
+        lab.inventory_dir, lab.name, lab.hosts = None, name, []
+        lab.state_dir = os.path.join(STATE_ROOT, name)
+        lab.repo_port = (read_json(os.path.join(lab.state_dir, "http.json")) or {}).get("port")
+        return lab
+
     def machine(self, host):
         return f"tl-{self.name}-{host}"
 
@@ -633,22 +642,29 @@ class HostRuntime:
             raise
 
     def poweroff(self, port):
-        """Ask systemd to power off over ssh (the connection may drop: that is the expected answer)."""
+        """Ask systemd to power off over ssh; False when ssh could not deliver it (the connection dropping
+        while the host goes down is the expected answer, not a failure)."""
         try:
-            run(ssh_cmd(port, "systemctl", "poweroff"), timeout=15)
+            proc = run(ssh_cmd(port, "systemctl", "poweroff"), timeout=15)
         except subprocess.TimeoutExpired:
             log(f"{self.name}: `systemctl poweroff` over ssh did not return within 15 s")
+            return True
+        if proc.returncode == 255 and re.search(r"Connection (refused|timed out)|Permission denied", proc.stderr):
+            log(f"{self.name}: ssh could not deliver the poweroff: {proc.stderr.strip()}")
+            return False
+        return True
 
     def stop(self, port):
         rec = self.process()
         if alive(rec):
             log(f"{self.name}: powering off (systemctl poweroff over ssh, port {port})")
-            self.poweroff(port)
             try:
+                if not self.poweroff(port):
+                    raise LabError("no poweroff delivered")
                 wait_for(lambda: not alive(rec), POWEROFF_TIMEOUT,
                          f"{self.name}'s systemd-nspawn (pid {rec['pid']}) to exit after poweroff")
             except LabError as e:
-                log(f"{self.name}: {e}")
+                log(f"{self.name}: {e}; systemd-nspawn shuts the container down on SIGTERM")
                 stop_process(rec, f"{self.name} systemd-nspawn")
             log(f"{self.name}: stopped")
         for mp in mounts_under(self.dir):
@@ -835,6 +851,21 @@ def cmd_down(lab, args):
     log(f"lab {lab.name}: down; no process, mount or veth left")
 
 
+def cmd_down_all(_lab, args):
+    """Take down every lab of this checkout (each state dir under .lab/): the CI safety net."""
+    need_root()
+    names = sorted(d for d in os.listdir(STATE_ROOT) if d != "ssh" and os.path.isdir(os.path.join(STATE_ROOT, d))) \
+        if os.path.isdir(STATE_ROOT) else []
+    errors = []
+    for name in names:
+        try:
+            cmd_down(Lab.from_state(name), args)
+        except LabError as e:
+            errors.append(f"lab {name}: {e}")
+    if errors:
+        raise LabError("\n".join(errors))
+
+
 def cmd_status(lab, _args):
     repo = RepoServer(lab)
     print(f"lab {lab.name} (state {lab.state_dir})")
@@ -867,12 +898,15 @@ def main(argv=None):
     up.add_argument("--timeout", type=float, default=BOOT_TIMEOUT, help="seconds to wait for each host")
     down = sub.add_parser("down", help="stop every host and the repo server; verify nothing is left")
     down.add_argument("--purge", action="store_true", help="also delete the hosts' disks (overlay upper dirs)")
+    down_all = sub.add_parser("down-all", help="down every lab of this checkout (.lab/*), whatever its inventory")
+    down_all.add_argument("--purge", action="store_true", help="also delete the hosts' disks")
     sub.add_parser("status", help="each host: running or not, port, spec")
     sub.add_parser("ssh-config", help="print an ssh_config for the hosts")
     args = parser.parse_args(argv)
-    commands = {"up": cmd_up, "down": cmd_down, "status": cmd_status, "ssh-config": cmd_ssh_config}
+    commands = {"up": cmd_up, "down": cmd_down, "down-all": cmd_down_all, "status": cmd_status,
+                "ssh-config": cmd_ssh_config}
     try:
-        commands[args.command](Lab(args.inventory), args)
+        commands[args.command](None if args.command == "down-all" else Lab(args.inventory), args)
     except LabError as e:
         print(f"lab.py {args.command}: error: {e}", file=sys.stderr)
         return 1
