@@ -196,18 +196,25 @@ static void select_gpus(const char *ids, unsigned int count, int *selected)
     }
 }
 
-static void query_gpu(const char *list, const char *ids)
+/* The start of a --query-*: check the fields, init, pick the GPUs (-i), print the header; returns the GPU count. */
+static unsigned int begin_query(const char *list, const char *const table[][3], const char *ids, int *fields, int *n,
+                                int *selected)
 {
-    int fields[MAX_FIELDS];
-    int n = parse_fields(list, GPU_FIELDS, fields);
+    *n = parse_fields(list, table, fields);
     init_nvml();
     unsigned int count;
     nvmlReturn_t rc = nvmlDeviceGetCount_v2(&count);
     if (rc)
         die_nvml("Unable to count devices", rc);
-    int selected[64];
     select_gpus(ids, count, selected);
-    print_header(fields, n, GPU_FIELDS);
+    print_header(fields, *n, table);
+    return count;
+}
+
+static void query_gpu(const char *list, const char *ids)
+{
+    int fields[MAX_FIELDS], n, selected[64];
+    unsigned int count = begin_query(list, GPU_FIELDS, ids, fields, &n, selected);
     for (unsigned int i = 0; i < count; i++) {
         if (!selected[i])
             continue;
@@ -249,16 +256,8 @@ static unsigned int gpu_processes(nvmlDevice_t d, nvmlProcessInfo_t *procs, unsi
 
 static void query_apps(const char *list, const char *ids)
 {
-    int fields[MAX_FIELDS];
-    int n = parse_fields(list, APP_FIELDS, fields);
-    init_nvml();
-    unsigned int count;
-    nvmlReturn_t rc = nvmlDeviceGetCount_v2(&count);
-    if (rc)
-        die_nvml("Unable to count devices", rc);
-    int selected[64];
-    select_gpus(ids, count, selected);
-    print_header(fields, n, APP_FIELDS);
+    int fields[MAX_FIELDS], n, selected[64];
+    unsigned int count = begin_query(list, APP_FIELDS, ids, fields, &n, selected);
     for (unsigned int i = 0; i < count; i++) {
         if (!selected[i])
             continue;

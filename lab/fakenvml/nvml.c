@@ -143,6 +143,22 @@ static nvmlReturn_t gpu_of(nvmlDevice_t h, const struct fn_gpu **g, int *index)
     return NVML_SUCCESS;
 }
 
+#define NO_FEATURE (-1)
+
+/* The start of every device query: initialized, a handle of the current spec, the output pointers
+ * given (outputs_ok), and the feature not listed in "not_supported" (NO_FEATURE: always supported). */
+static nvmlReturn_t device_query(nvmlDevice_t h, int outputs_ok, int feature, const struct fn_gpu **g, int *index)
+{
+    nvmlReturn_t rc = gpu_of(h, g, index);
+    if (rc)
+        return rc;
+    if (!outputs_ok)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (feature != NO_FEATURE && unsupported((enum fn_feature)feature))
+        return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+
 static nvmlReturn_t copy_string(char *dst, unsigned int length, const char *src)
 {
     if (!dst)
@@ -401,13 +417,9 @@ static nvmlReturn_t device_uint(nvmlDevice_t h, enum uint_field f, unsigned int 
 {
     const struct fn_gpu *g;
     int i;
-    nvmlReturn_t rc = gpu_of(h, &g, &i);
+    nvmlReturn_t rc = device_query(h, out != NULL, f >= F_MAX_GEN ? FN_PCIE_LINK : NO_FEATURE, &g, &i);
     if (rc)
         return rc;
-    if (!out)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    if (f >= F_MAX_GEN && unsupported(FN_PCIE_LINK))
-        return NVML_ERROR_NOT_SUPPORTED;
     switch (f) {
     case F_INDEX: *out = (unsigned int)i; break;
     case F_MINOR: *out = (unsigned int)i; break;
@@ -437,11 +449,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int l
 static nvmlReturn_t pci_info(nvmlDevice_t h, nvmlPciInfo_t *pci)
 {
     const struct fn_gpu *g;
-    nvmlReturn_t rc = gpu_of(h, &g, NULL);
+    nvmlReturn_t rc = device_query(h, pci != NULL, NO_FEATURE, &g, NULL);
     if (rc)
         return rc;
-    if (!pci)
-        return NVML_ERROR_INVALID_ARGUMENT;
     fill_pci(pci, g->domain, g->bus, g->device, g->function);
     return NVML_SUCCESS;
 }
@@ -453,11 +463,9 @@ static nvmlReturn_t memory_info(nvmlDevice_t h, nvmlMemory_t *m)
 {
     const struct fn_gpu *g;
     int i;
-    nvmlReturn_t rc = gpu_of(h, &g, &i);
+    nvmlReturn_t rc = device_query(h, m != NULL, NO_FEATURE, &g, &i);
     if (rc)
         return rc;
-    if (!m)
-        return NVML_ERROR_INVALID_ARGUMENT;
     unsigned long long used = g->memory_reserved + registered_bytes(i);
     if (used > g->memory_total)
         used = g->memory_total;
@@ -473,11 +481,9 @@ static nvmlReturn_t memory_info_v2(nvmlDevice_t h, nvmlMemory_v2_t *m)
 {
     const struct fn_gpu *g;
     int i;
-    nvmlReturn_t rc = gpu_of(h, &g, &i);
+    nvmlReturn_t rc = device_query(h, m != NULL, NO_FEATURE, &g, &i);
     if (rc)
         return rc;
-    if (!m)
-        return NVML_ERROR_INVALID_ARGUMENT;
     if (m->version != nvmlMemory_v2)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     unsigned long long used = registered_bytes(i);
@@ -494,11 +500,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *
 static nvmlReturn_t compute_capability(nvmlDevice_t h, int *major, int *minor)
 {
     const struct fn_gpu *g;
-    nvmlReturn_t rc = gpu_of(h, &g, NULL);
+    nvmlReturn_t rc = device_query(h, major != NULL && minor != NULL, NO_FEATURE, &g, NULL);
     if (rc)
         return rc;
-    if (!major || !minor)
-        return NVML_ERROR_INVALID_ARGUMENT;
     *major = g->cc_major;
     *minor = g->cc_minor;
     return NVML_SUCCESS;
@@ -511,13 +515,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *majo
 static nvmlReturn_t persistence_mode(nvmlDevice_t h, int *mode)
 {
     const struct fn_gpu *g;
-    nvmlReturn_t rc = gpu_of(h, &g, NULL);
+    nvmlReturn_t rc = device_query(h, mode != NULL, FN_PERSISTENCE_MODE, &g, NULL);
     if (rc)
         return rc;
-    if (!mode)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    if (unsupported(FN_PERSISTENCE_MODE))
-        return NVML_ERROR_NOT_SUPPORTED;
     *mode = g->persistence_mode ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
     return NVML_SUCCESS;
 }
@@ -526,13 +526,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t d, int *mode) { LO
 static nvmlReturn_t mig_mode(nvmlDevice_t h, unsigned int *current, unsigned int *pending)
 {
     const struct fn_gpu *g;
-    nvmlReturn_t rc = gpu_of(h, &g, NULL);
+    nvmlReturn_t rc = device_query(h, current != NULL && pending != NULL, FN_MIG_MODE, &g, NULL);
     if (rc)
         return rc;
-    if (!current || !pending)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    if (unsupported(FN_MIG_MODE))
-        return NVML_ERROR_NOT_SUPPORTED;
     *current = *pending = g->mig ? 1u : 0u;
     return NVML_SUCCESS;
 }
@@ -544,13 +540,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *current, 
 static nvmlReturn_t virtualization_mode(nvmlDevice_t h, int *mode)
 {
     const struct fn_gpu *g;
-    nvmlReturn_t rc = gpu_of(h, &g, NULL);
+    nvmlReturn_t rc = device_query(h, mode != NULL, FN_VIRTUALIZATION_MODE, &g, NULL);
     if (rc)
         return rc;
-    if (!mode)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    if (unsupported(FN_VIRTUALIZATION_MODE))
-        return NVML_ERROR_NOT_SUPPORTED;
     *mode = g_spec->virtualization_mode;
     return NVML_SUCCESS;
 }
@@ -568,13 +560,9 @@ static void copy_mask(unsigned long *dst, unsigned int size, const unsigned long
 static nvmlReturn_t memory_affinity(nvmlDevice_t h, unsigned int size, unsigned long *set, unsigned int scope)
 {
     const struct fn_gpu *g;
-    nvmlReturn_t rc = gpu_of(h, &g, NULL);
+    nvmlReturn_t rc = device_query(h, set != NULL && size > 0 && scope <= NVML_AFFINITY_SCOPE_SOCKET, FN_MEMORY_AFFINITY, &g, NULL);
     if (rc)
         return rc;
-    if (!set || size == 0 || scope > NVML_AFFINITY_SCOPE_SOCKET)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    if (unsupported(FN_MEMORY_AFFINITY))
-        return NVML_ERROR_NOT_SUPPORTED;
     unsigned long long mask[1024 / 64] = {0};
     if (g->numa_node >= 0)
         mask[g->numa_node / 64] = 1ULL << (g->numa_node % 64);
@@ -589,13 +577,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryAffinity(nvmlDevice_t d, unsigned int siz
 static nvmlReturn_t cpu_affinity(nvmlDevice_t h, unsigned int size, unsigned long *set, unsigned int scope)
 {
     const struct fn_gpu *g;
-    nvmlReturn_t rc = gpu_of(h, &g, NULL);
+    nvmlReturn_t rc = device_query(h, set != NULL && size > 0 && scope <= NVML_AFFINITY_SCOPE_SOCKET, FN_CPU_AFFINITY, &g, NULL);
     if (rc)
         return rc;
-    if (!set || size == 0 || scope > NVML_AFFINITY_SCOPE_SOCKET)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    if (unsupported(FN_CPU_AFFINITY))
-        return NVML_ERROR_NOT_SUPPORTED;
     copy_mask(set, size, g->cpu_mask, FN_MAX_CPUS / 64);
     return NVML_SUCCESS;
 }
@@ -612,13 +596,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetCpuAffinityWithinScope(nvmlDevice_t d, unsigned
 static nvmlReturn_t numa_node_id(nvmlDevice_t h, unsigned int *node)
 {
     const struct fn_gpu *g;
-    nvmlReturn_t rc = gpu_of(h, &g, NULL);
+    nvmlReturn_t rc = device_query(h, node != NULL, FN_NUMA_NODE_ID, &g, NULL);
     if (rc)
         return rc;
-    if (!node)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    if (unsupported(FN_NUMA_NODE_ID))
-        return NVML_ERROR_NOT_SUPPORTED;
     *node = (unsigned int)g->numa_node;
     return NVML_SUCCESS;
 }
@@ -689,27 +669,28 @@ EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t d1, nvmlDevice_t d2, int
 /* ---- NVLink --------------------------------------------------------------------------------- */
 
 /* NOT_SUPPORTED on a GPU without NVLink; INVALID_ARGUMENT for a link the part does not have
- * (link >= nvlink_links, which defaults to nvlinks); links in [nvlinks, nvlink_links) exist but are down. */
-static nvmlReturn_t link_of(nvmlDevice_t h, unsigned int link, const struct fn_gpu **g)
+ * (link >= nvlink_links, which defaults to nvlinks) or a missing output; links in
+ * [nvlinks, nvlink_links) exist but are down: only their state can be read (need_up = 0). */
+static nvmlReturn_t link_query(nvmlDevice_t h, unsigned int link, int outputs_ok, int need_up, const struct fn_gpu **g)
 {
     nvmlReturn_t rc = gpu_of(h, g, NULL);
     if (rc)
         return rc;
     if (unsupported(FN_NVLINK) || (*g)->nvlink_links == 0)
         return NVML_ERROR_NOT_SUPPORTED;
-    if (link >= (unsigned int)(*g)->nvlink_links)
+    if (link >= (unsigned int)(*g)->nvlink_links || !outputs_ok)
         return NVML_ERROR_INVALID_ARGUMENT;
+    if (need_up && (link >= (unsigned int)(*g)->nvlinks || (*g)->link_peer[link] == FN_PEER_NONE))
+        return NVML_ERROR_NOT_SUPPORTED;
     return NVML_SUCCESS;
 }
 
 static nvmlReturn_t nvlink_state(nvmlDevice_t h, unsigned int link, int *active)
 {
     const struct fn_gpu *g;
-    nvmlReturn_t rc = link_of(h, link, &g);
+    nvmlReturn_t rc = link_query(h, link, active != NULL, 0, &g);
     if (rc)
         return rc;
-    if (!active)
-        return NVML_ERROR_INVALID_ARGUMENT;
     *active = link < (unsigned int)g->nvlinks ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
     return NVML_SUCCESS;
 }
@@ -721,13 +702,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t d, unsigned int link, 
 static nvmlReturn_t nvlink_version(nvmlDevice_t h, unsigned int link, unsigned int *version)
 {
     const struct fn_gpu *g;
-    nvmlReturn_t rc = link_of(h, link, &g);
+    nvmlReturn_t rc = link_query(h, link, version != NULL, 1, &g);
     if (rc)
         return rc;
-    if (!version)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    if (link >= (unsigned int)g->nvlinks)
-        return NVML_ERROR_NOT_SUPPORTED;
     /* nvmlNvlinkVersion_t by architecture: Volta 2.0, Ampere 3.0, Hopper 4.0, Blackwell 5.0 */
     *version = g->cc_major <= 7 ? 2 : g->cc_major == 8 ? 4 : g->cc_major == 9 ? 6 : 7;
     return NVML_SUCCESS;
@@ -740,21 +717,17 @@ EXPORT nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t d, unsigned int link
 static nvmlReturn_t nvlink_remote_pci(nvmlDevice_t h, unsigned int link, nvmlPciInfo_t *pci)
 {
     const struct fn_gpu *g;
-    nvmlReturn_t rc = link_of(h, link, &g);
+    nvmlReturn_t rc = link_query(h, link, pci != NULL, 1, &g);
     if (rc)
         return rc;
-    if (!pci)
-        return NVML_ERROR_INVALID_ARGUMENT;
     int peer = g->link_peer[link];
-    if (link >= (unsigned int)g->nvlinks || peer == FN_PEER_NONE)
-        return NVML_ERROR_NOT_SUPPORTED;
     if (peer == FN_PEER_SWITCH) {
         fill_pci(pci, 0xFFFFFFFFu, 0xFF, 0xFF, 0);
         pci->pciDeviceId = 0;
-        return NVML_SUCCESS;
+    } else {
+        const struct fn_gpu *r = &g_spec->gpus[peer];
+        fill_pci(pci, r->domain, r->bus, r->device, r->function);
     }
-    const struct fn_gpu *r = &g_spec->gpus[peer];
-    fill_pci(pci, r->domain, r->bus, r->device, r->function);
     return NVML_SUCCESS;
 }
 EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t d, unsigned int link, nvmlPciInfo_t *pci)
@@ -769,13 +742,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t d, unsigned
 static nvmlReturn_t nvlink_remote_type(nvmlDevice_t h, unsigned int link, int *type)
 {
     const struct fn_gpu *g;
-    nvmlReturn_t rc = link_of(h, link, &g);
+    nvmlReturn_t rc = link_query(h, link, type != NULL, 1, &g);
     if (rc)
         return rc;
-    if (!type)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    if (link >= (unsigned int)g->nvlinks || g->link_peer[link] == FN_PEER_NONE)
-        return NVML_ERROR_NOT_SUPPORTED;
     *type = g->link_peer[link] == FN_PEER_SWITCH ? NVML_NVLINK_DEVICE_TYPE_SWITCH : NVML_NVLINK_DEVICE_TYPE_GPU;
     return NVML_SUCCESS;
 }
@@ -793,11 +762,9 @@ static nvmlReturn_t running_processes(nvmlDevice_t h, unsigned int *count, void 
 {
     const struct fn_gpu *g;
     int i;
-    nvmlReturn_t rc = gpu_of(h, &g, &i);
+    nvmlReturn_t rc = device_query(h, count != NULL, NO_FEATURE, &g, &i);
     if (rc)
         return rc;
-    if (!count)
-        return NVML_ERROR_INVALID_ARGUMENT;
     struct proc procs[MAX_PROCS];
     int n = graphics ? 0 : registered(i, procs, MAX_PROCS);
     if (*count < (unsigned int)n) {

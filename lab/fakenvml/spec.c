@@ -73,17 +73,27 @@ static int want_int(struct ctx *c, const struct json *v, const char *field, long
     return 0;
 }
 
+/* Member `key` of obj, its field name in f: 1 when present (*v set), 0 when absent and optional,
+ * -1 (error) when absent and required. */
+static int member(struct ctx *c, const struct json *obj, const char *where, const char *key, int required,
+                  char *f, size_t flen, const struct json **v)
+{
+    join(f, flen, where, key);
+    *v = json_get(obj, key);
+    if (*v)
+        return 1;
+    return required ? bad(c, f, "missing") : 0;
+}
+
 static int get_int(struct ctx *c, const struct json *obj, const char *where, const char *key, int required,
                    long long min, long long max, long long dflt, long long *out)
 {
     char f[256];
-    join(f, sizeof(f), where, key);
-    const struct json *v = json_get(obj, key);
-    if (!v) {
-        if (required)
-            return bad(c, f, "missing");
+    const struct json *v;
+    int found = member(c, obj, where, key, required, f, sizeof(f), &v);
+    if (found <= 0) {
         *out = dflt;
-        return 0;
+        return found;
     }
     return want_int(c, v, f, min, max, out);
 }
@@ -91,35 +101,29 @@ static int get_int(struct ctx *c, const struct json *obj, const char *where, con
 static int get_bool(struct ctx *c, const struct json *obj, const char *where, const char *key, int required, int dflt, int *out)
 {
     char f[256];
-    join(f, sizeof(f), where, key);
-    const struct json *v = json_get(obj, key);
-    if (!v) {
-        if (required)
-            return bad(c, f, "missing");
-        *out = dflt;
-        return 0;
-    }
+    const struct json *v;
+    int found = member(c, obj, where, key, required, f, sizeof(f), &v);
+    *out = dflt;
+    if (found <= 0)
+        return found;
     if (v->type != JSON_BOOL)
         return bad(c, f, "expected true or false, got %s", json_type_name(v->type));
     *out = v->boolean;
     return 0;
 }
 
-/* String field copied into buf; returns the json node through *node when wanted. */
+/* String member copied into buf ("" when absent); *present says whether it was given. */
 static int get_string(struct ctx *c, const struct json *obj, const char *where, const char *key, int required,
                       char *buf, size_t len, int *present)
 {
     char f[256];
-    join(f, sizeof(f), where, key);
-    const struct json *v = json_get(obj, key);
+    const struct json *v;
+    int found = member(c, obj, where, key, required, f, sizeof(f), &v);
+    buf[0] = '\0';
     if (present)
-        *present = v != NULL;
-    if (!v) {
-        if (required)
-            return bad(c, f, "missing");
-        buf[0] = '\0';
-        return 0;
-    }
+        *present = found > 0;
+    if (found <= 0)
+        return found;
     if (v->type != JSON_STRING)
         return bad(c, f, "expected a string, got %s", json_type_name(v->type));
     if (strlen(v->string) >= len)
