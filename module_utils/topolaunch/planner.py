@@ -1,0 +1,918 @@
+"""The launch planner: topology + model + wishes -> the exact SGLang launch, and why.
+
+Plain Python 3.9+ stdlib (runs on the target under topolaunch_tools_python). Entry point: `plan(...)`, which
+returns the plan dict of docs/DESIGN.md or raises PlanError with every reason found.
+
+Inputs: the `gpu_topology` facts of each node; the model (config dict + total weight bytes, or a model
+directory read by model_config.load_model_dir); the layout (`auto`, a name such as `tp8`, `tp4pp2`,
+`tp2pp2ep2`, `tp4dp2`, or a mapping {tp, pp, dp, ep}); the pinned SGLang version; extra server args
+(ServerArgs field names, e.g. mem_fraction_static); host, port, served model name; nnodes with one topology
+per node; measured results.
+
+Candidates: every (tp, pp, dp, ep) with tp*pp*dp = the GPUs available (all nodes), ep a divisor of tp for MoE
+models (1 for dense ones), plus an explicitly asked layout. Each is checked against every rule below and all
+failing rules are reported, not just the first:
+
+  gpus        tp*pp*dp GPUs are present (on each node: tp*pp/nnodes)
+  heads       num_attention_heads % tp == 0; KV heads: kv % tp == 0 or tp % kv == 0 (SGLang QKVParallelLinear
+              splits or replicates KV heads)
+  vocab       vocab padded to 64 divisible by tp (VocabParallelEmbedding divide())
+  experts     MoE: tp <= routed experts (the model files raise "Tensor parallel size ... greater than the number
+              of experts"); ep <= experts and experts % ep == 0; dense models: ep == 1
+  ep          tp % ep == 0 (parallel_state: moe_tp_size = tp // ep; model_runner raises otherwise);
+              moe_runner_backend flashinfer_cutlass: ep in {1, tp} (server_args._handle_moe_kernel_config);
+              cutlass with fp8/mxfp8 quantization: ep == 1; an all-to-all backend (deepep, mooncake, mori,
+              ascend_fuseep, flashinfer) forces ep = tp (server_args._handle_a2a_moe), so another ep is refused
+              rather than silently changed; flashinfer all-to-all needs moe_runner_backend flashinfer_cutlass
+  fp8 blocks  block-quantized MoE: moe_intermediate_size % (tp/ep) == 0 and (moe_intermediate_size/(tp/ep))
+              % block_n == 0 (model_runner.check_quantized_moe_compatibility)
+  pp          num_hidden_layers >= pp; a given partition has pp entries >= 1 summing to the layers (each layer
+              exactly once, as SGLang's get_pp_indices requires); pp > 1 refuses speculative decoding and mixed
+              chunked prefill (server_args.check_server_args)
+  nodes       (tp*pp) % nnodes == 0; SGLang's node mapping (engine._launch_scheduler_processes) must give every
+              pp rank a node: pp % nnodes == 0, or nnodes % pp == 0 and tp % (nnodes/pp) == 0; dp == 1 with
+              nnodes > 1 ("multi-node data parallel is not supported unless dp attention")
+  memory      weights per GPU + KV reserve (4096 tokens) <= usable memory (see below)
+  flags       every server arg is a flag of the pinned version with a valid value and choice (plan_args)
+
+Memory, per GPU of the fullest stage: weights = layers of the stage x (total_size - embeddings) /
+(layers + MTP layers) + the input embedding (first stage) / output head (last stage), divided by tp
+(MTP/nextn layers are in the checkpoint but loaded only for speculative decoding). Usable = (GPU memory -
+1 GiB CUDA context) x mem_fraction_static; mem_fraction_static is the server arg, else what SGLang 0.5.9
+computes for that GPU (server_args._handle_gpu_memory_settings: reserved = 512 MiB + chunked_prefill_size x
+1.5 + cuda_graph_max_bs x 2 + tp*pp/8 GiB, at least 10 GiB on GPUs over 60 GiB, fraction = (memory -
+reserved) / memory). KV room = usable - weights; KV tokens = room / bytes per token per GPU
+(model_config.kv_bytes_per_token). Activations and CUDA graphs live in the remaining (1 - fraction).
+
+Placement: plan_topology (islands, TP groups, PP stage order, NCCL settings). Score: plan_score.
+
+Auto: measured results (records {model, topology_fingerprint, layout, output_throughput, max_concurrency}) for
+this model and topology fingerprint rank the layouts they cover by their best output throughput, ahead of
+every unmeasured one; without them the heuristic score ranks the valid layouts, and the reason says that a
+sweep (playbooks/sweep.yml) is how to be sure. An explicit layout is honoured when valid and refused with
+every reason when not.
+"""
+import hashlib
+import os
+import re
+
+from . import model_config
+from .plan_args import FlagIndex, PLANNER_FLAGS, check_server_args, supported_versions
+from .plan_score import DEFAULT_BATCH, estimate, gpu_perf
+from .plan_topology import INTER_NODE_GBPS, NodeTopology, nccl_env
+
+GIB = 1 << 30
+MIB = 1 << 20
+CUDA_CONTEXT_BYTES = 1 * GIB
+MIN_KV_TOKENS = 4096
+A2A_BACKENDS = ("deepep", "mooncake", "mori", "ascend_fuseep", "flashinfer")
+KV_DTYPE_BYTES = {"fp8_e5m2": 1, "fp8_e4m3": 1, "bf16": 2, "bfloat16": 2, "fp4_e2m1": 0.5625}
+SWEEP_HINT = "run playbooks/sweep.yml to measure the valid layouts on this machine; measured results then decide"
+
+_LAYOUT_PART = re.compile(r"(tp|pp|dp|ep)(\d+)")
+
+
+class PlanError(ValueError):
+    """The launch cannot be planned; `reasons` lists every problem, `partial` what was computed."""
+
+    def __init__(self, reasons, partial=None):
+        self.reasons = list(reasons)
+        self.partial = partial or {}
+        super().__init__("; ".join(self.reasons))
+
+
+# ----------------------------------------------------------------------------------------------------- layouts
+
+
+def layout_name(tp, pp=1, dp=1, ep=1):
+    """tp4pp2, tp2pp2ep2, tp4dp2: tp always, the others when > 1 (order tp, pp, dp, ep)."""
+    return "tp%d" % tp + "".join("%s%d" % (k, v) for k, v in (("pp", pp), ("dp", dp), ("ep", ep)) if v > 1)
+
+
+def parse_layout(value):
+    """'auto', a name ('tp4pp2', 'TP4+PP2') or a mapping {tp, pp, dp, ep} -> 'auto' or {tp, pp, dp, ep}."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "auto")):
+        return "auto"
+    if isinstance(value, dict):
+        unknown = sorted(set(value) - {"tp", "pp", "dp", "ep", "name", "nnodes"}, key=str)
+        if unknown:
+            raise PlanError(["layout mapping has unknown keys %s (allowed: tp, pp, dp, ep)" % ", ".join(map(str, unknown))])
+        out, reasons = {}, []
+        for key in ("tp", "pp", "dp", "ep"):
+            raw = value.get(key, 1)
+            try:
+                number = int(raw) if not isinstance(raw, bool) and str(raw).strip().isdigit() else None
+            except (TypeError, ValueError):
+                number = None
+            if number is None or number < 1:
+                reasons.append("layout %s must be a positive integer, got %r" % (key, raw))
+            out[key] = number
+        if reasons:
+            raise PlanError(reasons)
+        return out
+    if not isinstance(value, str):
+        raise PlanError(["layout must be 'auto', a name like tp4pp2, or a mapping {tp, pp, dp, ep}; got %r" % (value,)])
+    text = re.sub(r"[\s+_\-,x*]", "", value.strip().lower())
+    parts = _LAYOUT_PART.findall(text)
+    if not parts or "".join(k + v for k, v in parts) != text:
+        raise PlanError(["layout %r is not 'auto' or a name made of tpN, ppN, dpN, epN (e.g. tp8, tp4pp2, tp2pp2ep2, "
+                         "tp4dp2)" % value])
+    out = {"tp": 1, "pp": 1, "dp": 1, "ep": 1}
+    seen = set()
+    for key, number in parts:
+        if key in seen:
+            raise PlanError(["layout %r names %s twice" % (value, key)])
+        seen.add(key)
+        if int(number) < 1:
+            raise PlanError(["layout %r: %s must be at least 1" % (value, key)])
+        out[key] = int(number)
+    return out
+
+
+def divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def enumerate_layouts(total_gpus, moe, nnodes=1):
+    """Every (tp, pp, dp, ep) with tp*pp*dp == total_gpus; ep | tp for MoE models; dp == 1 across nodes."""
+    out = []
+    for tp in divisors(total_gpus):
+        for pp in divisors(total_gpus // tp):
+            dp = total_gpus // tp // pp
+            if nnodes > 1 and dp > 1:
+                continue
+            for ep in (divisors(tp) if moe else [1]):
+                out.append({"tp": tp, "pp": pp, "dp": dp, "ep": ep})
+    return out
+
+
+def default_partition(layers, pp):
+    """SGLang 0.5.9's split (distributed/utils.get_pp_indices): base = n // pp, the last n % pp stages +1."""
+    base, rem = divmod(layers, pp)
+    return [base + (1 if k >= pp - rem else 0) for k in range(pp)]
+
+
+# ----------------------------------------------------------------------------------------------------- memory
+
+
+def sglang_default_mem_fraction(gpu_bytes, tp, pp, values):
+    """mem_fraction_static as SGLang 0.5.9 computes it when unset (server_args._handle_gpu_memory_settings), for
+    the cases the planner supports (no DP attention); piecewise CUDA graphs and VLM adjustments are not modelled."""
+    gpu_mem = gpu_bytes / float(MIB)  # SGLang reads nvidia-smi memory.total in MiB
+    if gpu_mem < 20 * 1024:
+        chunk, graph_bs = 2048, 8
+    elif gpu_mem < 35 * 1024:
+        chunk, graph_bs = 2048, (24 if tp < 4 else 80)
+    elif gpu_mem < 60 * 1024:
+        chunk, graph_bs = 4096, (32 if tp < 4 else 160)
+    elif gpu_mem < 160 * 1024:
+        chunk, graph_bs = 8192, (256 if tp < 4 else 512)
+    else:
+        chunk, graph_bs = 16384, 512
+    chunk = values.get("chunked_prefill_size", chunk)
+    graph_bs = values.get("cuda_graph_max_bs", graph_bs)
+    reserved = 512.0
+    if chunk > 0:
+        reserved += max(chunk, 2048) * 1.5
+    else:
+        reserved += max(values.get("max_prefill_tokens", 16384), 2048) * 1.5
+    reserved += graph_bs * 2
+    reserved += tp * pp / 8.0 * 1024
+    if gpu_mem > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    algo = values.get("speculative_algorithm")
+    if algo == "STANDALONE":
+        reserved += 6 * 1024
+    elif algo is not None and algo != "NGRAM":
+        reserved += 2 * 1024
+    return round((gpu_mem - reserved) / gpu_mem, 3)
+
+
+def kv_dtype_bytes(model, values, compute_capability):
+    dtype = values.get("kv_cache_dtype", "auto")
+    if dtype in KV_DTYPE_BYTES:
+        return KV_DTYPE_BYTES[dtype]
+    # auto: DSA models default to fp8_e4m3 on SM >= 10 (server_args._set_default_nsa_kv_cache_dtype)
+    major = int(str(compute_capability or "0").split(".")[0] or 0)
+    if model["nsa"] and major >= 10:
+        return 1
+    return model["dtype_bytes"]
+
+
+def stage_weights(model, partition):
+    """Weight bytes of each PP stage (all its TP ranks together)."""
+    embed = model["vocab_size"] * model["hidden_size"] * 2  # embeddings are kept in 16 bit in quantized checkpoints
+    head = 0 if model["tie_word_embeddings"] else embed
+    layer_bytes = max(0.0, model["total_size"] - embed - head) / float(model["num_layers"] + model["nextn_layers"])
+    out = []
+    for k, layers in enumerate(partition):
+        size = layers * layer_bytes
+        if k == 0:
+            size += embed
+        if k == len(partition) - 1:
+            size += head if (head or len(partition) == 1) else embed
+        out.append({"layers": layers, "layer_bytes": layers * layer_bytes, "bytes": size})
+    return out
+
+
+def memory_estimate(model, tp, partition, gpu_bytes, fraction, kv_bytes):
+    stages = stage_weights(model, partition)
+    available = gpu_bytes - CUDA_CONTEXT_BYTES
+    usable = available * fraction
+    per_stage = []
+    for stage in stages:
+        weights = stage["bytes"] / tp
+        cell = model_config.kv_bytes_per_token(model, tp, stage["layers"], kv_bytes)
+        room = usable - weights
+        per_stage.append({"weights": weights, "room": room, "cell": cell,
+                          "tokens": int(room // cell) if room > 0 and cell > 0 else 0})
+    worst = min(per_stage, key=lambda s: s["room"] - MIN_KV_TOKENS * s["cell"])
+    reserve = MIN_KV_TOKENS * worst["cell"]
+    return {
+        "weights_per_gpu_bytes": int(max(s["weights"] for s in per_stage)),
+        "gpu_memory_bytes": int(gpu_bytes),
+        "mem_fraction_static": fraction,
+        "usable_bytes": int(usable),
+        "kv_room_bytes": int(min(s["room"] for s in per_stage)),
+        "kv_reserve_bytes": int(reserve),
+        "kv_bytes_per_token": int(max(s["cell"] for s in per_stage)),
+        "kv_tokens": min(s["tokens"] for s in per_stage),
+        "fits": worst["room"] >= reserve,
+    }, stages
+
+
+# ----------------------------------------------------------------------------------------------------- helpers
+
+
+def _gb(value):
+    return "%.1f GB" % (value / 1e9)
+
+
+def _fingerprint(nodes):
+    if len(nodes) == 1:
+        return nodes[0].fingerprint
+    joined = "+".join(n.fingerprint for n in nodes)
+    return hashlib.sha256(joined.encode()).hexdigest()[:12]
+
+
+def _node_mapping(tp, pp, nnodes):
+    """SGLang 0.5.9's per-node share (engine._launch_scheduler_processes): (tp per node, pp per node, nodes per
+    pp rank)."""
+    pp_per_node = max(pp // nnodes, 1)
+    nodes_per_pp = max(nnodes // pp, 1)
+    return tp // nodes_per_pp, pp_per_node, nodes_per_pp
+
+
+def _int_input(value, name, reasons, low=None, high=None):
+    if isinstance(value, bool):
+        reasons.append("%s must be an integer, got %r" % (name, value))
+        return None
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        reasons.append("%s must be an integer, got %r" % (name, value))
+        return None
+    if (low is not None and number < low) or (high is not None and number > high):
+        reasons.append("%s must be between %s and %s, got %r" % (name, low, high, value))
+        return None
+    return number
+
+
+# ----------------------------------------------------------------------------------------------------- rules
+
+
+def _model_rules(model, c, values, partition):
+    tp, pp, ep = c["tp"], c["pp"], c["ep"]
+    reasons = []
+    if model["num_heads"] % tp:
+        reasons.append("attention heads %d are not divisible by tp %d" % (model["num_heads"], tp))
+    kv = model["num_kv_heads"]
+    if not model["mla"] and kv % tp and tp % kv:
+        reasons.append("KV heads %d can be neither split nor replicated over tp %d" % (kv, tp))
+    padded = -(-model["vocab_size"] // 64) * 64
+    if padded % tp:
+        reasons.append("vocabulary %d (padded to %d) is not divisible by tp %d" % (model["vocab_size"], padded, tp))
+    if model["moe"]:
+        experts = model["num_experts"]
+        if tp > experts:
+            reasons.append("tp %d is greater than the %d routed experts" % (tp, experts))
+        if ep > experts or experts % ep:
+            reasons.append("%d routed experts cannot be split over ep %d" % (experts, ep))
+    elif ep > 1:
+        reasons.append("ep %d needs a mixture-of-experts model; this one is dense" % ep)
+    if tp % ep:
+        reasons.append("ep %d does not divide tp %d (SGLang's MoE TP size is tp / ep)" % (ep, tp))
+    runner = values.get("moe_runner_backend", "auto")
+    a2a = values.get("moe_a2a_backend", "none")
+    quant = values.get("quantization")
+    if model["moe"]:
+        if runner == "flashinfer_cutlass" and ep not in (1, tp):
+            reasons.append("moe_runner_backend flashinfer_cutlass needs ep 1 or ep = tp %d, not %d" % (tp, ep))
+        if runner == "cutlass" and quant in ("fp8", "mxfp8") and ep != 1:
+            reasons.append("moe_runner_backend cutlass with %s quantization needs ep 1, not %d" % (quant, ep))
+        if a2a in A2A_BACKENDS and ep != tp:
+            reasons.append("moe_a2a_backend %s makes SGLang set ep = tp %d; ask for ep %d (layout %s)"
+                           % (a2a, tp, tp, layout_name(tp, pp, c["dp"], tp)))
+        block = model["weight_block_n"]
+        width = model["moe_intermediate_size"]
+        if block and width and tp % ep == 0:
+            moe_tp = tp // ep
+            if width % moe_tp or (width // moe_tp) % block:
+                reasons.append("FP8 block-quantized experts: moe_intermediate_size %d / (tp/ep = %d) must be a "
+                               "multiple of the block size %d" % (width, moe_tp, block))
+    if values.get("enable_eplb") and ep <= 1:
+        reasons.append("enable_eplb needs ep > 1")
+    if model["num_layers"] < pp:
+        reasons.append("pp %d is larger than the %d layers" % (pp, model["num_layers"]))
+    if partition is not None:
+        if len(partition) != pp:
+            reasons.append("pp_layer_partition has %d entries for pp %d" % (len(partition), pp))
+        elif any(p < 1 for p in partition) or sum(partition) != model["num_layers"]:
+            reasons.append("pp_layer_partition %s must give every stage >= 1 layer and sum to %d layers"
+                           % (partition, model["num_layers"]))
+    if pp > 1:
+        if values.get("speculative_algorithm"):
+            reasons.append("pp > 1 cannot run speculative decoding (%s)" % values["speculative_algorithm"])
+        if values.get("enable_mixed_chunk"):
+            reasons.append("pp > 1 cannot run enable_mixed_chunk")
+    return reasons
+
+
+def _global_rules(model, values):
+    reasons = []
+    if values.get("moe_a2a_backend") == "flashinfer" and values.get("moe_runner_backend", "auto") != "flashinfer_cutlass":
+        reasons.append("moe_a2a_backend flashinfer needs moe_runner_backend flashinfer_cutlass")
+    runner = values.get("moe_runner_backend", "auto")
+    quant = values.get("quantization")
+    if runner == "flashinfer_cutlass" and quant not in (None, "modelopt_fp4", "modelopt_fp8"):
+        reasons.append("moe_runner_backend flashinfer_cutlass supports quantization modelopt_fp4, modelopt_fp8 or "
+                       "none, not %s" % quant)
+    if runner == "flashinfer_trtllm" and quant not in (None, "modelopt_fp4", "fp8", "modelopt_fp8",
+                                                       "compressed-tensors"):
+        reasons.append("moe_runner_backend flashinfer_trtllm does not support quantization %s" % quant)
+    fraction = values.get("mem_fraction_static")
+    if fraction is not None and not 0.0 < fraction < 1.0:
+        reasons.append("mem_fraction_static must be between 0 and 1, got %s" % fraction)
+    running = values.get("max_running_requests")
+    if running is not None and running < 1:
+        reasons.append("max_running_requests must be at least 1, got %s" % running)
+    return reasons
+
+
+def _model_warnings(model, values):
+    warnings = []
+    if not model["moe"] and (values.get("moe_runner_backend") or values.get("moe_a2a_backend")):
+        warnings.append("moe_runner_backend / moe_a2a_backend are set but the model has no experts")
+    if not model["nsa"] and (values.get("nsa_prefill_backend") or values.get("nsa_decode_backend")):
+        warnings.append("nsa_prefill_backend / nsa_decode_backend only apply to DSA (NSA) models such as GLM-5 "
+                        "and DeepSeek V3.2")
+    return warnings
+
+
+# ----------------------------------------------------------------------------------------------------- candidates
+
+
+class _Context:
+    """Everything a candidate evaluation reads."""
+
+    def __init__(self, model, nodes, values, nnodes, partition):
+        self.model = model
+        self.nodes = nodes
+        self.values = values
+        self.nnodes = nnodes
+        self.partition = partition
+        first = nodes[0]
+        names = {first.gpus[i]["name"] for n in nodes for i in n.indices} or {"unknown"}
+        self.perf = gpu_perf(sorted(names)[0])
+        self.gpu_names = sorted(names)
+        self.batch = values.get("max_running_requests") or DEFAULT_BATCH
+        self.overlap = not values.get("disable_overlap_schedule", False)
+
+
+def evaluate(ctx, c):
+    """One candidate: validity with every reason, placement per node, memory, score estimate."""
+    tp, pp, dp, ep = c["tp"], c["pp"], c["dp"], c["ep"]
+    model, nnodes = ctx.model, ctx.nnodes
+    out = {"name": layout_name(tp, pp, dp, ep), "tp": tp, "pp": pp, "dp": dp, "ep": ep, "valid": False,
+           "reasons": [], "warnings": [], "score": None, "source": None, "estimate": None}
+    reasons = out["reasons"]
+    partition = ctx.partition if ctx.partition is not None else default_partition(model["num_layers"], min(pp, model["num_layers"]))
+    reasons.extend(_model_rules(model, c, ctx.values, ctx.partition))
+    # GPUs and nodes
+    node_reasons = []
+    if nnodes > 1:
+        if (tp * pp) % nnodes:
+            node_reasons.append("tp*pp = %d is not divisible by nnodes %d" % (tp * pp, nnodes))
+        if dp > 1:
+            node_reasons.append("dp %d across %d nodes: SGLang supports multi-node data parallel only with DP "
+                                "attention" % (dp, nnodes))
+        if pp >= nnodes and pp % nnodes:
+            node_reasons.append("pp %d cannot be spread evenly over %d nodes" % (pp, nnodes))
+        if pp < nnodes and (nnodes % pp or tp % (nnodes // pp)):
+            node_reasons.append("SGLang would split each pp rank over %d nodes, which needs nnodes %% pp == 0 and "
+                                "tp %% (nnodes/pp) == 0" % max(nnodes // pp, 1))
+    reasons.extend(node_reasons)
+    tp_local, pp_local, nodes_per_pp = _node_mapping(tp, pp, nnodes)
+    if nnodes == 1:
+        tp_local, groups_local = tp, pp * dp
+    else:
+        groups_local = pp_local
+    placements = []
+    if not node_reasons:
+        for rank, node in enumerate(ctx.nodes):
+            need, have = tp_local * groups_local, len(node.indices)
+            if need > have:
+                where = " on node %d" % rank if nnodes > 1 else ""
+                reasons.append("%s needs %d GPUs%s, %d available" % (out["name"], need, where, have))
+                placements = []
+                break
+            placements.append(node.place(tp_local, groups_local))
+    # memory (the smallest GPU of the nodes decides)
+    used = [(node, g) for node, groups in zip(ctx.nodes, placements) for grp in (groups or []) for g in grp]
+    if used:
+        gpu_bytes = min(node.memory_total(g) for node, g in used)
+        cc = ctx.nodes[0].gpus[used[0][1]].get("compute_capability")
+    else:
+        gpu_bytes = min(node.memory_total(g) for node in ctx.nodes for g in node.indices) if ctx.nodes[0].indices else 0
+        cc = None
+    if gpu_bytes and model["num_layers"] >= pp:
+        fraction = ctx.values.get("mem_fraction_static") or sglang_default_mem_fraction(gpu_bytes, tp, pp, ctx.values)
+        memory, stages = memory_estimate(model, tp, partition, gpu_bytes, fraction,
+                                         kv_dtype_bytes(model, ctx.values, cc))
+        memory["mem_fraction_source"] = "server_args" if ctx.values.get("mem_fraction_static") else "sglang_0.5.9_default"
+        out["memory"] = memory
+        if not memory["fits"]:
+            reasons.append("does not fit: %s of weights per GPU + %s KV reserve (%d tokens) > %s usable (%s GPU x "
+                           "mem_fraction_static %s)" % (
+                               _gb(memory["weights_per_gpu_bytes"]), _gb(memory["kv_reserve_bytes"]), MIN_KV_TOKENS,
+                               _gb(memory["usable_bytes"]), _gb(gpu_bytes), fraction))
+    else:
+        stages = None
+    if placements and all(placements):
+        out["placement"] = _placement_facts(ctx, placements, tp, pp, dp, nodes_per_pp)
+        out["gpu_indices"] = [g for grp in placements[0] for g in grp]
+    out["valid"] = not reasons
+    if out["valid"] and stages is not None:
+        replica = out["placement"]["replica"]
+        stage_inputs = [{"layers": s["layers"], "weight_bytes_per_gpu": s["layer_bytes"] / tp} for s in stages]
+        out["estimate"] = estimate(model, c, stage_inputs, replica, ctx.perf, ctx.batch, ctx.overlap)
+    return out
+
+
+def _placement_facts(ctx, placements, tp, pp, dp, nodes_per_pp):
+    """Groups, boundaries and the links the score uses, over all nodes.
+
+    One node: groups are [replica 0 stage 0, replica 0 stage 1, ..., replica 1 stage 0, ...]. Several nodes:
+    each node holds pp_local consecutive stages (of its tp slice); a boundary between stages on different node
+    groups crosses the network."""
+    groups = [[node.group_facts(g) for g in here] for node, here in zip(ctx.nodes, placements)]
+    boundaries = []
+    stages_here = pp if ctx.nnodes == 1 else max(pp // ctx.nnodes, 1)
+    replicas_here = dp if ctx.nnodes == 1 else 1
+    for node, here in zip(ctx.nodes, placements):
+        boundaries.append([node.boundary_facts(here[d * stages_here + k], here[d * stages_here + k + 1])
+                           for d in range(replicas_here) for k in range(stages_here - 1)])
+    speeds = []
+    for k in range(pp - 1):
+        if (k + 1) % stages_here == 0:
+            speeds.append(INTER_NODE_GBPS)  # next stage lives on the next node group
+        else:
+            node = (k // stages_here) * nodes_per_pp
+            speeds.append(boundaries[node][k % stages_here]["bandwidth_gbps"])
+    tp_bw = min((g["bandwidth_gbps"] for node in groups for g in node if g["bandwidth_gbps"]), default=None)
+    inter_node_tp = nodes_per_pp > 1
+    if inter_node_tp:
+        tp_bw = min(tp_bw or INTER_NODE_GBPS, INTER_NODE_GBPS)
+    return {
+        "groups": groups,
+        "boundaries": boundaries,
+        "replica": {
+            "tp_bandwidth_gbps": tp_bw or INTER_NODE_GBPS,
+            "tp_nvlink": all(g["nvlink"] for node in groups for g in node) and not inter_node_tp,
+            "tp_p2p_ok": all(g["p2p_ok"] for node in groups for g in node),
+            "tp_inter_node": inter_node_tp,
+            "boundaries": speeds,
+        },
+    }
+
+
+# ----------------------------------------------------------------------------------------------------- measured
+
+
+def _measured_by_layout(measured, model_names, fingerprint, reasons):
+    """{layout name: {output_throughput, max_concurrency, simulated}} for this model and fingerprint."""
+    best = {}
+    if not measured:
+        return best
+    if not isinstance(measured, list):
+        reasons.append("measured must be a list of records, got %s" % type(measured).__name__)
+        return best
+    for k, rec in enumerate(measured):
+        if not isinstance(rec, dict):
+            reasons.append("measured[%d] must be a mapping, got %r" % (k, rec))
+            continue
+        if rec.get("model") not in model_names or rec.get("topology_fingerprint") != fingerprint:
+            continue
+        try:
+            layout = parse_layout(rec.get("layout"))
+        except PlanError as exc:
+            reasons.append("measured[%d]: %s" % (k, exc))
+            continue
+        tput = rec.get("output_throughput")
+        if isinstance(tput, bool) or not isinstance(tput, (int, float)) or layout == "auto":
+            continue
+        name = layout_name(layout["tp"], layout["pp"], layout["dp"], layout["ep"])
+        if name not in best or tput > best[name]["output_throughput"]:
+            best[name] = {"output_throughput": float(tput), "max_concurrency": rec.get("max_concurrency"),
+                          "simulated": bool(rec.get("simulated"))}
+    return best
+
+
+def rank(candidates, measured):
+    """Order candidates: measured valid ones by throughput, then valid by heuristic estimate, then invalid."""
+    heur = [c["estimate"]["tokens_per_s"] for c in candidates if c["valid"] and c["estimate"]]
+    top_heur = max(heur) if heur else None
+    top_meas = max((m["output_throughput"] for n, m in measured.items()
+                    if any(c["name"] == n and c["valid"] for c in candidates)), default=None)
+    for c in candidates:
+        if not c["valid"]:
+            c["score"], c["source"] = None, None
+            continue
+        if c["name"] in measured and top_meas:
+            c["measured"] = measured[c["name"]]
+            c["score"] = round(measured[c["name"]]["output_throughput"] / top_meas, 3)
+            c["source"] = "measured"
+        elif c["estimate"] and top_heur:
+            c["score"] = round(c["estimate"]["tokens_per_s"] / top_heur, 3)
+            c["source"] = "heuristic"
+
+    def key(c):
+        if not c["valid"]:
+            return (2, 0.0, c["name"])
+        if c["source"] == "measured":
+            return (0, -c["measured"]["output_throughput"], c["name"])
+        return (1, -(c["estimate"] or {}).get("tokens_per_s", 0.0), c["name"])
+
+    return sorted(candidates, key=key)
+
+
+# ----------------------------------------------------------------------------------------------------- plan
+
+
+def plan(topology=None, model=None, model_path=None, layout="auto", sglang_version="0.5.9", server_args=None,
+         host="127.0.0.1", port=30000, served_model_name=None, nnodes=1, node_rank=0, node_topologies=None,
+         dist_init_addr=None, measured=None, gpus=None, pp_layer_partition=None):
+    """The launch plan (docs/DESIGN.md "sglang_plan result"); PlanError with every reason when there is none.
+
+    model: {"config": config.json dict, "total_size": bytes, "name": optional} or None to read model_path.
+    """
+    reasons, warnings = [], []
+    # version and its flags
+    index = None
+    try:
+        index = FlagIndex(str(sglang_version))
+    except KeyError:
+        reasons.append("sglang_version %s has no flag table (supported: %s); extract one with "
+                       "tools/sglang_flags.py --version %s" % (sglang_version, ", ".join(supported_versions()),
+                                                                sglang_version))
+    if index is not None:
+        missing = [f for f in PLANNER_FLAGS if not index.has(f)]
+        if missing:
+            reasons.append("SGLang %s lacks flags the planner writes: %s" % (sglang_version, ", ".join(missing)))
+    # model
+    if not model_path and not model:
+        reasons.append("give model_path (a model directory on the target) or model (config + total_size)")
+    facts = None
+    try:
+        if model:
+            if not isinstance(model, dict) or "config" not in model or "total_size" not in model:
+                raise model_config.ModelError("model must be a mapping with config (config.json) and total_size")
+            name = model.get("name") or (os.path.basename(str(model_path).rstrip("/")) if model_path else None)
+            facts = model_config.model_facts(model["config"], model["total_size"], name)
+        elif model_path:
+            config, total = model_config.load_model_dir(model_path)
+            facts = model_config.model_facts(config, total, os.path.basename(str(model_path).rstrip("/")))
+    except model_config.ModelError as exc:
+        reasons.append("model: %s" % exc)
+    if not model_path:
+        reasons.append("model_path is needed: it is the --model-path of the launch")
+    # server args
+    items, values = [], {}
+    if index is not None:
+        items, values, arg_reasons = check_server_args(server_args, index)
+        reasons.extend(arg_reasons)
+    # host, port, names
+    port_number = _int_input(port, "port", reasons, 1, 65535)
+    if not isinstance(host, str) or not host.strip():
+        reasons.append("host must be a non-empty string, got %r" % (host,))
+    served = served_model_name or (facts["name"] if facts else None) or \
+        (os.path.basename(str(model_path).rstrip("/")) if model_path else None)
+    if served is not None and ":" in str(served):
+        reasons.append("served_model_name %r contains ':', which SGLang reserves for LoRA adapters" % served)
+    # nodes
+    nnodes_n = _int_input(nnodes, "nnodes", reasons, 1, 1024) or 1
+    rank_n = _int_input(node_rank, "node_rank", reasons, 0, max(0, nnodes_n - 1))
+    rank_n = rank_n if rank_n is not None else 0
+    topologies = list(node_topologies) if node_topologies else ([topology] if topology else [])
+    if not topologies:
+        reasons.append("give topology (ansible_facts.gpu_topology) or node_topologies (one per node)")
+    elif len(topologies) != nnodes_n:
+        reasons.append("nnodes is %d but %d node topologies were given" % (nnodes_n, len(topologies)))
+    if nnodes_n > 1 and not (isinstance(dist_init_addr, str) and re.match(r"^\[?[\w.:-]+\]?:\d{1,5}$", dist_init_addr)):
+        reasons.append("nnodes %d needs dist_init_addr as host:port (node 0's address), got %r" % (nnodes_n, dist_init_addr))
+    allowed = None
+    if gpus is not None:
+        if not isinstance(gpus, list) or not all(isinstance(g, int) and not isinstance(g, bool) for g in gpus):
+            reasons.append("gpus must be a list of GPU indices, got %r" % (gpus,))
+        else:
+            allowed = gpus
+    nodes = []
+    for k, topo in enumerate(topologies):
+        try:
+            node = NodeTopology(topo, allowed)
+        except (ValueError, KeyError, TypeError) as exc:
+            reasons.append("topology of node %d: %s" % (k, exc))
+            continue
+        if allowed is not None:
+            absent = sorted(set(allowed) - set(node.gpus))
+            if absent:
+                reasons.append("gpus %s are not present on node %d (GPUs %s)" % (absent, k, sorted(node.gpus)))
+        nodes.append(node)
+    partition = None
+    if pp_layer_partition is not None:
+        if not isinstance(pp_layer_partition, list) or not all(
+                isinstance(p, int) and not isinstance(p, bool) for p in pp_layer_partition):
+            reasons.append("pp_layer_partition must be a list of layer counts, got %r" % (pp_layer_partition,))
+        else:
+            partition = pp_layer_partition
+    try:
+        wanted = parse_layout(layout)
+    except PlanError as exc:
+        reasons.extend(exc.reasons)
+        wanted = None
+    if facts is not None:
+        reasons.extend(_global_rules(facts, values))
+        warnings.extend(_model_warnings(facts, values))
+    if facts is None or not nodes or len(nodes) != len(topologies) or wanted is None:
+        raise PlanError(reasons)
+
+    ctx = _Context(facts, nodes, values, nnodes_n, partition)
+    total = sum(len(n.indices) for n in nodes) if nnodes_n == 1 else nnodes_n * min(len(n.indices) for n in nodes)
+    layouts = enumerate_layouts(total, facts["moe"], nnodes_n) if total else []
+    if wanted != "auto" and not any(all(l[k] == wanted[k] for k in ("tp", "pp", "dp", "ep")) for l in layouts):
+        layouts.append(wanted)
+    candidates = [evaluate(ctx, c) for c in layouts]
+    fingerprint = _fingerprint(nodes)
+    model_names = {facts["name"], served, os.path.basename(str(model_path).rstrip("/")) if model_path else None} - {None}
+    measured_best = _measured_by_layout(measured, model_names, fingerprint, reasons)
+    candidates = rank(candidates, measured_best)
+
+    if wanted == "auto":
+        chosen = next((c for c in candidates if c["valid"]), None)
+        if chosen is None:
+            reasons.append("no valid layout for %d GPUs: %s" % (total, "; ".join(
+                "%s: %s" % (c["name"], ", ".join(c["reasons"])) for c in candidates)))
+    else:
+        name = layout_name(wanted["tp"], wanted["pp"], wanted["dp"], wanted["ep"])
+        chosen = next(c for c in candidates if c["name"] == name)
+        if not chosen["valid"]:
+            reasons.extend("layout %s: %s" % (name, r) for r in chosen["reasons"])
+            chosen = None
+    if reasons:
+        raise PlanError(reasons, {"candidates": [_public(c) for c in candidates], "topology_fingerprint": fingerprint})
+    return _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, warnings, model_path,
+                   served, host, port_number, str(sglang_version), rank_n, dist_init_addr, partition)
+
+
+def _public(c):
+    """A candidate as the plan shows it (placement internals left out)."""
+    out = {k: c[k] for k in ("name", "tp", "pp", "dp", "ep", "valid", "reasons", "score", "source")}
+    out["estimate"] = c.get("estimate")
+    if c.get("measured"):
+        out["measured"] = c["measured"]
+    if c.get("memory"):
+        out["weights_per_gpu_bytes"] = c["memory"]["weights_per_gpu_bytes"]
+        out["fits"] = c["memory"]["fits"]
+    if c.get("gpu_indices"):
+        out["cuda_visible_devices"] = ",".join(str(g) for g in c["gpu_indices"])
+    return out
+
+
+def _reason(chosen, candidates, wanted, measured_best, fingerprint, model_name):
+    valid = [c for c in candidates if c["valid"]]
+    est = chosen.get("estimate") or {}
+    terms = "compute %.1f ms, weight reads %.1f ms, allreduce %.1f ms, PP sends %.1f ms, summed over the stages for one micro-batch step" % (
+        est.get("compute_ms", 0), est.get("weights_ms", 0), est.get("allreduce_ms", 0), est.get("pp_send_ms", 0))
+    others = [c for c in valid if c is not chosen]
+    runner = others[0] if others else None
+    if chosen["source"] == "measured":
+        m = chosen["measured"]
+        text = "%s has the best measured output throughput for %s on topology %s: %.0f tok/s at concurrency %s" % (
+            chosen["name"], model_name, fingerprint, m["output_throughput"], m["max_concurrency"])
+        if runner and runner.get("measured"):
+            text += " (%s: %.0f tok/s)" % (runner["name"], runner["measured"]["output_throughput"])
+        unmeasured = [c["name"] for c in valid if c["source"] != "measured"]
+        if unmeasured:
+            text += "; not measured yet: %s (%s)" % (", ".join(unmeasured), SWEEP_HINT)
+        if m.get("simulated"):
+            text += "; note: these measurements come from the lab simulator"
+        return ("measured results decide: " if wanted == "auto" else "") + text + "."
+    position = valid.index(chosen) + 1
+    if wanted == "auto":
+        text = "%s ranks first of %d valid layouts by the heuristic score (estimated %.0f tok/s at %d concurrent " \
+               "requests; %s)" % (chosen["name"], len(valid), est.get("tokens_per_s", 0), est.get("batch", 0), terms)
+        if runner and runner.get("estimate") and est.get("tokens_per_s"):
+            text += "; runner-up %s estimated %.0f tok/s (%.0f%% lower)" % (
+                runner["name"], runner["estimate"]["tokens_per_s"],
+                (1 - runner["estimate"]["tokens_per_s"] / est["tokens_per_s"]) * 100)
+    else:
+        text = "layout %s was asked for and is valid; the heuristic ranks it %d of %d valid layouts (estimated " \
+               "%.0f tok/s at %d concurrent requests; %s)" % (chosen["name"], position, len(valid),
+                                                            est.get("tokens_per_s", 0), est.get("batch", 0), terms)
+        if position > 1:
+            text += "; %s is estimated first at %.0f tok/s" % (valid[0]["name"], valid[0]["estimate"]["tokens_per_s"])
+    text += ". The score is an estimate, not a measurement: no measured results for %s on topology %s; %s." % (
+        model_name, fingerprint, SWEEP_HINT)
+    return text
+
+
+def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, warnings, model_path, served,
+            host, port, version, node_rank, dist_init_addr, partition):
+    model = ctx.model
+    tp, pp, dp, ep = chosen["tp"], chosen["pp"], chosen["dp"], chosen["ep"]
+    nnodes = ctx.nnodes
+    split = partition if partition is not None else default_partition(model["num_layers"], pp)
+    default_split = default_partition(model["num_layers"], pp)
+    placement = chosen["placement"]
+    # per-node GPU order: dp replicas x stages x TP groups, as SGLang maps ranks to devices
+    per_node_order = [[g for grp in grp_facts for g in grp["gpus"]] for grp_facts in placement["groups"]]
+    all_groups = [grp for node in placement["groups"] for grp in node]
+    all_bounds = [b for node in placement["boundaries"] for b in node]
+    in_vm = any(node.facts.get("in_vm") or any(g.get("virtualization_mode") in ("passthrough", "vgpu")
+                                                for g in node.facts["gpus"]) for node in ctx.nodes)
+    numa_known = all(node.numa(i) is not None for node in ctx.nodes for i in node.indices)
+    nccl, nccl_notes = nccl_env(all_groups, all_bounds, in_vm, numa_known)
+    warnings = list(warnings) + nccl_notes + chosen.get("warnings", [])
+    warnings.extend(_placement_warnings(ctx, chosen, placement))
+
+    base_argv = ["--model-path", str(model_path), "--served-model-name", str(served), "--host", str(host),
+                 "--port", str(port), "--tp-size", str(tp), "--pp-size", str(pp)]
+    if dp > 1:
+        base_argv += ["--dp-size", str(dp)]
+    if ep > 1:
+        base_argv += ["--ep-size", str(ep)]
+    for _, words in items:
+        base_argv.extend(words)
+
+    def node_env(order):
+        env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in order)}
+        if split != default_split:
+            env["SGLANG_PP_LAYER_PARTITION"] = ",".join(str(n) for n in split)
+        env.update(nccl)
+        return env
+
+    def node_argv(rank):
+        if nnodes == 1:
+            return list(base_argv)
+        return base_argv + ["--nnodes", str(nnodes), "--node-rank", str(rank), "--dist-init-addr", str(dist_init_addr)]
+
+    per_node = [{"node_rank": r, "argv": node_argv(r), "env": node_env(order), "gpu_indices": order,
+                 "cuda_visible_devices": ",".join(str(g) for g in order),
+                 "topology_fingerprint": ctx.nodes[r].fingerprint} for r, order in enumerate(per_node_order)]
+    mine = per_node[node_rank]
+    # stage -> layers -> GPUs
+    tp_local, pp_local, nodes_per_pp = _node_mapping(tp, pp, nnodes)
+    stages, first = [], 0
+    for k, count in enumerate(split):
+        entry = {"stage": k, "first_layer": first, "last_layer": first + count - 1, "layers": count}
+        if nnodes == 1:
+            groups = placement["groups"][0]
+            entry["gpus"] = [g for d in range(dp) for g in groups[d * pp + k]["gpus"]]
+        else:
+            ranks = [r for r in range(nnodes) if pp_local * (r // nodes_per_pp) <= k < pp_local * (r // nodes_per_pp + 1)]
+            entry["node_ranks"] = ranks
+            local = k - pp_local * (node_rank // nodes_per_pp)
+            entry["gpus"] = placement["groups"][node_rank][local]["gpus"] if node_rank in ranks else []
+        stages.append(entry)
+        first += count
+    result = {
+        "layout": {"tp": tp, "pp": pp, "dp": dp, "ep": ep, "nnodes": nnodes, "name": chosen["name"]},
+        "gpu_indices": mine["gpu_indices"],
+        "cuda_visible_devices": mine["cuda_visible_devices"],
+        "env": mine["env"],
+        "argv": mine["argv"],
+        "host": host,
+        "port": port,
+        "model_path": str(model_path),
+        "served_model_name": str(served),
+        "sglang_version": version,
+        "pp_layer_partition": stages,
+        "memory": {k: v for k, v in chosen["memory"].items()},
+        "candidates": [_public(c) for c in candidates],
+        "reason": _reason(chosen, candidates, wanted, measured_best, fingerprint, model["name"]),
+        "warnings": warnings,
+        "topology_fingerprint": fingerprint,
+        "model_name": model["name"],
+        "requested_layout": "auto" if wanted == "auto" else layout_name(wanted["tp"], wanted["pp"], wanted["dp"],
+                                                                          wanted["ep"]),
+        "source": chosen["source"],
+        "estimate": chosen.get("estimate"),
+        "tp_groups": [g["gpus"] for g in placement["groups"][node_rank]],
+        "node_rank": node_rank,
+    }
+    if nnodes > 1:
+        result["per_node"] = per_node
+    return result
+
+
+def _placement_warnings(ctx, chosen, placement):
+    warnings = []
+    for rank, (node, groups) in enumerate(zip(ctx.nodes, placement["groups"])):
+        where = "" if ctx.nnodes == 1 else " on node %d" % rank
+        for g in groups:
+            numa = [n for n in g["numa_nodes"] if n is not None]
+            if len(numa) > 1:
+                warnings.append("TP group %s%s spans NUMA nodes %s: its 2 allreduces per layer cross the socket "
+                                "interconnect" % (g["gpus"], where, ",".join(map(str, numa))))
+        used = {i for g in groups for i in g["gpus"]}
+        idle = [i for i in node.indices if i not in used]
+        if idle:
+            warnings.append("GPUs %s%s stay idle with layout %s" % (idle, where, chosen["name"]))
+        for i in sorted(used):
+            procs = node.gpus[i].get("processes") or []
+            if procs:
+                warnings.append("GPU %d%s holds processes %s: the cleanup stage must stop them before the launch"
+                                % (i, where, ", ".join(str(p.get("pid")) for p in procs)))
+    names = ctx.gpu_names
+    if len(names) > 1:
+        warnings.append("mixed GPU models %s: the smallest memory and the first model's speed are used" % names)
+    memory = chosen["memory"]
+    if ctx.values.get("max_running_requests") and memory["kv_tokens"] < ctx.values["max_running_requests"] * 256:
+        warnings.append("KV cache holds about %d tokens per GPU set: max_running_requests %d leaves ~%d tokens "
+                        "per request" % (memory["kv_tokens"], ctx.values["max_running_requests"],
+                                         memory["kv_tokens"] // ctx.values["max_running_requests"]))
+    return warnings
+
+
+# ----------------------------------------------------------------------------------------------------- report
+
+
+def _shell_word(word):
+    text = str(word)
+    if re.match(r"^[A-Za-z0-9_@%+=:,./-]+$", text):
+        return text
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def sglang_python(version):
+    """The SGLang venv's python on the target (docs/DESIGN.md: /opt/sglang/venvs/<version>)."""
+    return "/opt/sglang/venvs/%s/bin/python" % version
+
+
+def command_line(env, argv, python):
+    """The launch as one shell line: env, then <venv python> -m sglang.launch_server <argv>."""
+    assigns = " ".join("%s=%s" % (k, _shell_word(v)) for k, v in sorted(env.items()))
+    words = [python, "-m", "sglang.launch_server"] + list(argv)
+    return (assigns + " " if assigns else "") + " ".join(_shell_word(w) for w in words)
+
+
+def candidate_table(candidates):
+    """Readable lines: one per candidate, valid ones first in rank order."""
+    lines = ["%-14s %-5s %-6s %-9s %9s %11s  %s" % ("layout", "valid", "score", "source", "est tok/s", "weights/GPU",
+                                                   "GPUs / reasons")]
+    for c in candidates:
+        est = c.get("estimate") or {}
+        weights = c.get("weights_per_gpu_bytes")
+        tail = c.get("cuda_visible_devices", "") if c["valid"] else "; ".join(c["reasons"])
+        if c.get("measured"):
+            tail = "measured %.0f tok/s at concurrency %s; GPUs %s" % (
+                c["measured"]["output_throughput"], c["measured"]["max_concurrency"], c.get("cuda_visible_devices", ""))
+        lines.append("%-14s %-5s %-6s %-9s %9s %11s  %s" % (
+            c["name"], "yes" if c["valid"] else "no", "%.3f" % c["score"] if c["score"] is not None else "-",
+            c["source"] or "-", "%.0f" % est["tokens_per_s"] if est.get("tokens_per_s") else "-",
+            _gb(weights) if weights else "-", tail))
+    return lines
+
+
+def render_report(result, python=None):
+    """What the plan stage prints: the chosen launch (env + command line), why, warnings, the candidates."""
+    how = "asked for" if result["requested_layout"] != "auto" else "auto, %s" % result["source"]
+    lines = ["layout %s (%s): %s" % (result["layout"]["name"], how, result["reason"]),
+             "GPUs in CUDA_VISIBLE_DEVICES order: %s" % result["cuda_visible_devices"]]
+    for stage in result["pp_layer_partition"]:
+        lines.append("  stage %d: layers %d-%d on GPUs %s" % (stage["stage"], stage["first_layer"],
+                                                               stage["last_layer"], stage.get("gpus")))
+    mem = result["memory"]
+    lines.append("memory per GPU: weights %s, usable %s (mem_fraction_static %s, %s), KV room %s (~%d tokens), "
+                 "fits: %s" % (_gb(mem["weights_per_gpu_bytes"]), _gb(mem["usable_bytes"]), mem["mem_fraction_static"],
+                               mem["mem_fraction_source"], _gb(mem["kv_room_bytes"]), mem["kv_tokens"],
+                               "yes" if mem["fits"] else "no"))
+    python = python or sglang_python(result["sglang_version"])
+    nodes = result.get("per_node") or [{"node_rank": 0, "env": result["env"], "argv": result["argv"]}]
+    for node in nodes:
+        prefix = "launch: " if len(nodes) == 1 else "launch on node %d: " % node["node_rank"]
+        lines.append(prefix + command_line(node["env"], node["argv"], python))
+    lines.extend("warning: " + w for w in result["warnings"])
+    lines.append("candidates:")
+    lines.extend("  " + line for line in candidate_table(result["candidates"]))
+    return lines
