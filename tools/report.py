@@ -152,6 +152,23 @@ def _mark_simulated(fig, ax):
     fig.text(0.99, 0.01, "lab simulator, not GPU measurements", color="red", ha="right", va="bottom", fontsize=9)
 
 
+def _save(plt, fig, ax, group, out_dir, suffix, title):
+    """Title, grid, legend and the SIMULATED mark, then write plots/<slug>_<suffix>.png; returns (title, path)."""
+    prefix = "SIMULATED: " if group["simulated"] else ""
+    ax.set_title("%s%s\n%s, topology %s, in/out %s/%s tokens" % (
+        prefix, title, group["model"], group["topology_fingerprint"], group["input_len"], group["output_len"]),
+        fontsize=11)
+    ax.grid(True, alpha=0.3)
+    ax.legend(title="layout")
+    if group["simulated"]:
+        _mark_simulated(fig, ax)
+    fig.tight_layout()
+    path = os.path.join("plots", "%s_%s.png" % (group_slug(group), suffix))
+    fig.savefig(os.path.join(out_dir, path))
+    plt.close(fig)
+    return title, path
+
+
 def plot_group(group, out_dir):
     """Two PNGs per group; returns [(title, path relative to the report)]."""
     import matplotlib
@@ -160,15 +177,11 @@ def plot_group(group, out_dir):
     import matplotlib.pyplot as plt
 
     os.makedirs(os.path.join(out_dir, "plots"), exist_ok=True)
-    slug = group_slug(group)
-    prefix = "SIMULATED: " if group["simulated"] else ""
-    subtitle = "%s, topology %s, in/out %s/%s tokens" % (group["model"], group["topology_fingerprint"],
-                                                          group["input_len"], group["output_len"])
-    made = []
+    layouts = sorted(group["layouts"])
 
     fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
     concurrencies = sorted({c for points in group["layouts"].values() for c in points})
-    for layout in sorted(group["layouts"]):
+    for layout in layouts:
         points = sorted(group["layouts"][layout].items())
         ax.plot([c for c, _ in points], [p["output_throughput"] or 0.0 for _, p in points], marker="o", linewidth=2,
                 label=layout + (" (winner)" if group["winner"]["layout"] == layout else ""))
@@ -178,20 +191,11 @@ def plot_group(group, out_dir):
     ax.set_xlabel("max concurrency (requests in flight)")
     ax.set_ylabel("output throughput (tokens/s)")
     ax.set_ylim(bottom=0)
-    ax.set_title("%sOutput throughput vs concurrency\n%s" % (prefix, subtitle), fontsize=11)
-    ax.grid(True, alpha=0.3)
-    ax.legend(title="layout")
-    if group["simulated"]:
-        _mark_simulated(fig, ax)
-    fig.tight_layout()
-    path = os.path.join("plots", slug + "_throughput.png")
-    fig.savefig(os.path.join(out_dir, path))
-    plt.close(fig)
-    made.append(("output throughput vs concurrency", path))
+    made = [_save(plt, fig, ax, group, out_dir, "throughput", "Output throughput vs concurrency")]
 
     fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
     ttfts = []
-    for index, layout in enumerate(sorted(group["layouts"])):
+    for index, layout in enumerate(layouts):
         points = [(c, p) for c, p in sorted(group["layouts"][layout].items()) if p["ttft_p99_ms"] is not None]
         xs = [p["output_throughput"] or 0.0 for _, p in points]
         ys = [p["ttft_p99_ms"] for _, p in points]
@@ -205,17 +209,8 @@ def plot_group(group, out_dir):
         ax.set_yscale("log")
     ax.set_xlabel("output throughput (tokens/s)")
     ax.set_ylabel("TTFT p99 (ms)")
-    ax.set_title("%sTail time to first token vs throughput (labels: concurrency; better is right and down)\n%s"
-                 % (prefix, subtitle), fontsize=11)
-    ax.grid(True, alpha=0.3)
-    ax.legend(title="layout")
-    if group["simulated"]:
-        _mark_simulated(fig, ax)
-    fig.tight_layout()
-    path = os.path.join("plots", slug + "_ttft_p99.png")
-    fig.savefig(os.path.join(out_dir, path))
-    plt.close(fig)
-    made.append(("TTFT p99 vs output throughput", path))
+    made.append(_save(plt, fig, ax, group, out_dir, "ttft_p99",
+                      "Tail time to first token vs throughput (labels: concurrency; better is right and down)"))
     return made
 
 
