@@ -6,7 +6,8 @@ sharing this machine's network. Its "hardware" is a GPU spec (lab/specs/<lab_gpu
 /etc/fake-nvml/spec.json plus a fake sysfs tree with each GPU's numa_node. The fake driver library is not put
 there: the provision stage installs it from the lab's apt repository (build/repo/, served over HTTP by `up`).
 
-    lab.py [-i INVENTORY_DIR] up|down|status|ssh-config
+    lab.py [-i INVENTORY_DIR] up|down [--purge]|status|ssh-config
+    lab.py down-all [--purge]          (every lab of this checkout: the CI safety net)
 
 State lives in .lab/<inventory basename>/ (pid files, each host's disk as an overlayfs upper dir over the
 cached rootfs); the ssh key in .lab/ssh/. The rootfs is built once with debootstrap and cached under
@@ -319,18 +320,19 @@ def mounts_under(path):
     return sorted(found, key=len, reverse=True)
 
 
-def processes_rooted_under(path):
-    """pids whose root directory is at or below path (container processes of our hosts)."""
-    path = os.path.realpath(path)
+def processes_rooted_in(root_ids):
+    """pids whose root directory is one of root_ids ([st_dev, st_ino] of our hosts' roots): the processes
+    of our containers. (readlink of /proc/<pid>/root shows "/" for them: their mount namespace is their own.)"""
+    wanted = {tuple(r) for r in root_ids}
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            root = os.readlink(f"/proc/{entry}/root")
+            st = os.stat(f"/proc/{entry}/root")
         except OSError:
             continue
-        if root == path or root.startswith(path + "/"):
+        if (st.st_dev, st.st_ino) in wanted:
             pids.append(int(entry))
     return pids
 
@@ -524,21 +526,27 @@ class HostRuntime:
         return os.path.realpath(self.root) in mounts_under(self.root)
 
     def mount(self, rootfs):
+        """Mount the host's disk (overlay upper over the cached rootfs) unless it is mounted; record the root's
+        identity, by which `down` finds any process still running inside."""
         st = self.state()
-        if st.get("rootfs") not in (None, rootfs) and not self.mounted():
-            log(f"{self.name}: the cached rootfs changed ({os.path.basename(st['rootfs'])} -> "
-                f"{os.path.basename(rootfs)}): resetting the host's disk")
-            for d in (self.upper, self.work):
-                if os.path.exists(d):
-                    shutil.rmtree(d)
-        for d in (self.upper, self.work, self.root):
-            os.makedirs(d, exist_ok=True)
         if not self.mounted():
+            if st.get("rootfs") not in (None, rootfs):
+                log(f"{self.name}: the cached rootfs changed ({os.path.basename(st['rootfs'])} -> "
+                    f"{os.path.basename(rootfs)}): resetting the host's disk")
+                for d in (self.upper, self.work):
+                    if os.path.exists(d):
+                        shutil.rmtree(d)
+            for d in (self.upper, self.work, self.root):
+                os.makedirs(d, exist_ok=True)
             proc = run(["mount", "-t", "overlay", "overlay", "-o",
                         f"lowerdir={rootfs},upperdir={self.upper},workdir={self.work}", self.root])
             if proc.returncode != 0:
                 raise LabError(f"{self.name}: mounting the overlay root at {self.root} failed: {proc.stderr.strip()}")
-        st["rootfs"] = rootfs
+            st["rootfs"] = rootfs
+        elif st.get("rootfs") != rootfs:
+            log(f"{self.name}: runs on an older rootfs ({st.get('rootfs')}); `down` and `up` move it to the new one")
+        root = os.stat(self.root)
+        st["root_id"] = [root.st_dev, root.st_ino]
         write_json(self.state_file, st)
 
     def configure(self, host, pubkey):
@@ -767,6 +775,7 @@ def cmd_up(lab, args):
                 log(f"{host.name}: ansible_port changed {st.get('port')} -> {host.port}: restarting")
                 rt.stop(st.get("port"))
             if rt.running():
+                rt.mount(rootfs)
                 changed = rt.configure(host, pubkey)
                 rt.apply_live(host, changed)
                 note = f"; updated {', '.join(changed)}" if changed else ""
@@ -818,8 +827,9 @@ def leftovers(lab):
         rt = HostRuntime(lab, name)
         if alive(rt.process()):
             left.append(f"process: {name}'s systemd-nspawn pid {rt.process()['pid']}")
-    for pid in processes_rooted_under(lab.state_dir):
-        left.append(f"process: pid {pid} has its root under {lab.state_dir}")
+    root_ids = [HostRuntime(lab, n).state().get("root_id") for n in known_hosts(lab)]
+    for pid in processes_rooted_in([r for r in root_ids if r]):
+        left.append(f"process: pid {pid} runs inside one of this lab's hosts")
     left += [f"mount: {mp}" for mp in mounts_under(lab.state_dir)]
     veth_prefixes = tuple(("ve-" + lab.machine(n))[:12] for n in known_hosts(lab))
     left += [f"veth: {i}" for i in os.listdir("/sys/class/net") if i.startswith(veth_prefixes)]

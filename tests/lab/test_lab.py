@@ -57,11 +57,8 @@ def nspawn_pids():
     pids = {}
     for f in STATE.glob("hosts/*/host.json"):
         rec = json.loads(f.read_text()).get("nspawn")
-        if rec and (pathlib.Path("/proc") / str(rec["pid"])).exists():
-            stat = (pathlib.Path("/proc") / str(rec["pid"]) / "stat").read_text()
-            fields = stat[stat.rfind(")") + 2:].split()
-            if fields[0] != "Z" and fields[19] == rec["starttime"]:
-                pids[f.parent.name] = rec["pid"]
+        if rec and starttime(rec["pid"]) == rec["starttime"]:
+            pids[f.parent.name] = rec["pid"]
     return pids
 
 
@@ -71,17 +68,28 @@ def mounts_under(path):
         return [ln.split()[4] for ln in f if ln.split()[4] == path or ln.split()[4].startswith(path + "/")]
 
 
-def rooted_under(path):
-    path = str(path.resolve())
+def container_pids():
+    """pids running inside our hosts: their root directory is one of the hosts' (mounted) roots."""
+    roots = {(st.st_dev, st.st_ino) for st in (r.stat() for r in STATE.glob("hosts/*/root"))}
     found = []
     for p in pathlib.Path("/proc").iterdir():
         try:
-            root = os.readlink(p / "root")
+            st = (p / "root").stat()
         except OSError:
             continue
-        if p.name.isdigit() and (root == path or root.startswith(path + "/")):
+        if p.name.isdigit() and (st.st_dev, st.st_ino) in roots:
             found.append(int(p.name))
     return found
+
+
+def starttime(pid):
+    """Field 22 of /proc/<pid>/stat (tells a pid from a later process that reuses it); None when gone or a zombie."""
+    try:
+        stat = (pathlib.Path("/proc") / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    return None if fields[0] == "Z" else fields[19]
 
 
 def listening(port):
@@ -192,15 +200,13 @@ def test_up_applies_a_spec_change_to_a_running_host(inventory):
 
 @pytest.mark.lab
 def test_down_leaves_nothing_behind(inventory):
-    pids = nspawn_pids()
+    processes = {p: starttime(p) for p in [*nspawn_pids().values(), *container_pids()]}
+    assert len(processes) > 4, f"expected nspawn, systemd, sshd, ... of both hosts, found pids {list(processes)}"
     proc = lab(inventory, "down")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert nspawn_pids() == {}
-    for pid in pids.values():
-        stat = pathlib.Path(f"/proc/{pid}/stat")
-        assert not stat.exists() or stat.read_text().split(") ")[1].startswith("Z"), f"nspawn pid {pid} still runs"
+    assert [p for p, t in processes.items() if starttime(p) == t] == []
     assert mounts_under(STATE) == []
-    assert rooted_under(STATE) == []
     assert [i for i in os.listdir("/sys/class/net") if i.startswith(("ve-tl-pytest", "vb-tl-pytest"))] == []
     assert not any(listening(p) for p in [*PORTS.values(), REPO_PORT])
     again = lab(inventory, "down")
