@@ -177,8 +177,15 @@ def check_points(requested, points, client_error=None):
 
 
 def _one_line(client_error):
-    text = (client_error.get("stderr") or client_error.get("msg") or "").strip().splitlines()
-    return text[-1][:300] if text else "no output"
+    """What the failed client said: Ansible's message unless it is the generic one, and stderr's last line."""
+    parts = []
+    msg = (client_error.get("msg") or "").strip()
+    if msg and msg != "non-zero return code":
+        parts.append(msg)
+    stderr = (client_error.get("stderr") or "").strip().splitlines()
+    if stderr:
+        parts.append(stderr[-1][:300])
+    return "; ".join(parts) or "no output"
 
 
 # ---------------------------------------------------------------------------------------------------- storage
