@@ -11,6 +11,7 @@ NVML constants are the C library's numbers, written here, not taken from nvidia-
 import hashlib
 import json
 import os
+import sys
 
 from .topology_findings import findings
 from .topology_render import cpulist, render_matrix, render_p2p, render_report
@@ -68,7 +69,6 @@ def import_nvml():
     try:
         import pynvml  # pylint: disable=import-outside-toplevel
     except ImportError as exc:
-        import sys  # pylint: disable=import-outside-toplevel
         if sys.prefix == sys.base_prefix:
             fix = ("%s is a system python, not the tools venv: set topolaunch_tools_python to the tools venv's "
                    "python (default /opt/topolaunch/tools/bin/python), made with nvidia-ml-py by the provision stage "
@@ -102,11 +102,11 @@ def _fatal(exc, what, gpu=None):
         return TopologyError(
             "NVML library and NVIDIA kernel module versions differ (%s): the driver was upgraded without a reboot. "
             "Reboot the host (or reload the nvidia modules)." % what)
-    if code in (ERR_GPU_IS_LOST, ERR_UNKNOWN, ERR_RESET_REQUIRED):
+    if code in (ERR_GPU_IS_LOST, ERR_RESET_REQUIRED) or (code == ERR_UNKNOWN and gpu is not None):
         return TopologyError(
             "GPU lost during the topology query%s (%s: NVML error %s, %s). Check `dmesg` for Xid errors; the GPU "
-            "needs a reset (`nvidia-smi -r -i <index>` with nothing running on it) or a host reboot, "
-            "and in a VM possibly a VM restart." % (where, what, code, exc))
+            "needs a reset (`nvidia-smi -r -i %s` with nothing running on it) or a host reboot, "
+            "and in a VM possibly a VM restart." % (where, what, code, exc, "<index>" if gpu is None else gpu))
     return TopologyError("NVML call %s failed%s: error %s (%s)." % (what, where, code, exc))
 
 
@@ -118,8 +118,14 @@ class _Reader:
         self.error = getattr(nvml, "NVMLError")
 
     def call(self, name, *args, gpu=None, optional=False):
+        function = getattr(self.nvml, name, None)
+        if function is None:     # an nvidia-ml-py too old to know the call
+            if optional:
+                return _Absent(ERR_FUNCTION_NOT_FOUND)
+            raise TopologyError("nvidia-ml-py in %s has no %s: upgrade it in the tools venv (provision stage)."
+                                % (sys.prefix, name))
         try:
-            return getattr(self.nvml, name)(*args)
+            return function(*args)
         except self.error as exc:
             if optional and _code(exc) in _ABSENT:
                 return _Absent(_code(exc))

@@ -135,8 +135,36 @@ def test_init_errors_name_the_fix(tmp_path, code, needle):
     (("nvmlDeviceGetMemoryInfo", Handle(1)), 999),                      # Unknown on a handle
     (("nvmlDeviceGetNvLinkState", Handle(1), 3), 15)])
 def test_gpu_lost_mid_query_names_the_fix(tmp_path, call, code):
-    with pytest.raises(topology.TopologyError, match=r"GPU lost .*nvidia-smi -r"):
+    gpu = call[1].index
+    with pytest.raises(topology.TopologyError, match=r"GPU lost .* on GPU %d .*nvidia-smi -r -i %d" % (gpu, gpu)):
         read(load_spec("h200x2-vm-real"), tmp_path, overrides={call: ReplayNVMLError(code)})
+
+
+def test_unknown_error_at_init_is_not_called_a_lost_gpu(tmp_path):
+    with pytest.raises(topology.TopologyError, match=r"^NVML call nvmlInit failed: error 999"):
+        read(load_spec("h200x2-vm-real"), tmp_path, overrides={("nvmlInit",): ReplayNVMLError(999)})
+
+
+class _OldNvml:
+    """An nvidia-ml-py that predates some calls: attribute lookups for them fail."""
+
+    def __init__(self, replay, missing):
+        self._replay, self._missing = replay, missing
+        self.NVMLError = replay.NVMLError
+
+    def __getattr__(self, name):
+        if name in self._missing:
+            raise AttributeError(name)
+        return getattr(self._replay, name)
+
+
+def test_old_nvidia_ml_py_without_optional_calls(tmp_path):
+    spec = load_spec("h200x2-vm-real")
+    old = _OldNvml(Replay(synthesize(spec)), {"nvmlDeviceGetNvLinkRemoteDeviceType", "nvmlDeviceGetNumaNodeId"})
+    facts = topology.read_topology(old, make_sysfs(tmp_path, spec))
+    assert facts["links"][0][1] == "NV18" and facts["gpus"][0]["numa_source"] == "nvml_memory_affinity"
+    with pytest.raises(topology.TopologyError, match="has no nvmlDeviceGetUUID: upgrade it in the tools venv"):
+        topology.read_topology(_OldNvml(Replay(synthesize(spec)), {"nvmlDeviceGetUUID"}), "/nonexistent")
 
 
 def test_missing_nvidia_ml_py_names_the_venv(monkeypatch):
