@@ -1,0 +1,203 @@
+"""A simulated SGLang child process: a scheduler rank (`sglang::scheduler_PP0_TP3`) or the detokenizer.
+
+Started by the launcher as `<title> -m sglang._sim.rank STATUS_FD` with its plan as JSON on stdin. A scheduler
+walks SGLang's startup milestones, holds its GPU memory through the fake NVML, reports ready (or dies the way
+SGLang's scheduler dies: "Scheduler hit an exception", SIGQUIT to the launcher), then idles until killed.
+"""
+import builtins
+import ctypes
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import traceback
+
+from sglang._sim import gpumem, logutil
+from sglang._sim.validate import oom_message
+
+logger = logging.getLogger("sglang.srt.managers.scheduler")
+GIB = 1 << 30
+PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
+
+
+class OutOfMemoryError(RuntimeError):
+    """Stands for torch.OutOfMemoryError (printed under that name in tracebacks)."""
+
+
+OutOfMemoryError.__module__ = "torch"
+
+
+def set_title(title):
+    """setproctitle when installed (as SGLang does); the launcher already put the title in argv[0]."""
+    try:
+        import setproctitle
+    except ImportError:
+        setproctitle = None
+    if setproctitle is not None:
+        setproctitle.setproctitle(title)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, title.encode()[:15], 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # only the short comm name is lost
+
+
+def die_with_parent(parent_pid):
+    """sglang.srt.utils.kill_itself_when_parent_died: SIGKILL when the launcher dies."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def idle():
+    while True:
+        signal.pause()
+
+
+class Scheduler:
+    def __init__(self, plan, status_fd):
+        self.plan = plan
+        self.status_fd = status_fd
+        self.mem = plan["memory"]
+        self.held = 0
+
+    def hold(self, nbytes):
+        self.held = int(nbytes)
+        gpumem.register(self.plan["gpu"], self.held)
+
+    def avail(self):
+        return (self.mem["plan"]["avail_before"] - self.held) / GIB
+
+    def fail(self, exc_name, message):
+        if exc_name == "OutOfMemoryError":
+            raise OutOfMemoryError(message)
+        raise getattr(builtins, exc_name)(message)
+
+    def run(self):
+        plan, mem = self.plan, self.mem
+        error = mem["plan"]["error"]
+        if plan["gpu"] is None:
+            if plan["n_visible"] == 0:
+                raise RuntimeError("No CUDA GPUs are available")
+            raise RuntimeError(
+                "CUDA error: invalid device ordinal\nCUDA kernel errors might be asynchronously reported at some "
+                "other API call, so the stacktrace below might be incorrect.\nFor debugging consider passing "
+                "CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n")
+        logger.info("Init torch distributed begin.")
+        tic = time.perf_counter()
+        self.hold(mem["plan"]["context"])
+        if error and error[0] == "init":
+            self.fail(error[1], error[2])
+        logger.info("Init torch distributed ends. elapsed=%.2f s, mem usage=%.2f GB",
+                    time.perf_counter() - tic, self.held / GIB)
+        self.load_weights()
+        self.memory_pool()
+        self.capture()
+        if plan["tp_rank"] == 0:
+            s = plan["sched"]
+            logger.info(
+                "max_total_num_tokens=%d, chunked_prefill_size=%s, max_prefill_tokens=%s, max_running_requests=%d, "
+                "context_len=%d, available_gpu_mem=%.2f GB", mem["plan"]["max_total_num_tokens"],
+                s["chunked_prefill_size"], s["max_prefill_tokens"], s["max_running_requests"], s["context_len"],
+                self.avail())
+        self.report({"status": "ready", "max_total_num_tokens": mem["plan"]["max_total_num_tokens"],
+                     "max_req_input_len": plan["sched"]["context_len"] - 5,
+                     "max_running_requests": plan["sched"]["max_running_requests"]})
+
+    def load_weights(self):
+        plan, mem = self.plan, self.mem
+        logger.info("Load weight begin. avail mem=%.2f GB", self.avail())
+        tic = time.perf_counter()
+        if plan["construction_error"]:
+            self.fail(*plan["construction_error"])
+        fault = plan["fault"]
+        weights = mem["plan"]["weights"]
+        oom_at = mem["plan"].get("oom_after_bytes")
+        steps = 20
+        for i in range(1, steps + 1):
+            if fault == "hang_during_load" and i > steps // 3:
+                idle()  # never returns: the port never opens
+            if fault == "crash_during_load" and i > steps // 2 and plan["rank"] == 0:
+                raise RuntimeError("CUDA error: an illegal memory access was encountered (simulated fault "
+                                   "SGLANG_SIM_FAULT=crash_during_load)")
+            time.sleep(plan["load_seconds"] / steps)
+            loaded = weights * i / steps
+            if oom_at is not None and loaded > oom_at:
+                self.hold(mem["plan"]["context"] + oom_at)
+                total = mem["total"]
+                free = mem["plan"]["avail_before"] - self.held
+                self.fail("OutOfMemoryError", oom_message(plan["cuda_ordinal"], total, free, self.held, weights / steps))
+            self.hold(mem["plan"]["context"] + loaded)
+        logger.info("Load weight end. elapsed=%.2f s, type=%s, dtype=%s, avail mem=%.2f GB, mem usage=%.2f GB.",
+                    time.perf_counter() - tic, plan["model_type"], plan["dtype"], self.avail(), weights / GIB)
+
+    def memory_pool(self):
+        mem = self.mem
+        error = mem["plan"]["error"]
+        if error and error[0] == "kv":
+            self.fail(error[1], error[2])
+        kv = mem["plan"]["kv_bytes"]
+        self.hold(self.held + kv)
+        logger.info("KV Cache is allocated. #tokens: %d, KV size: %.2f GB", mem["plan"]["max_total_num_tokens"],
+                    kv / GIB)
+        logger.info("Memory pool end. avail mem=%.2f GB", self.avail())
+
+    def capture(self):
+        if self.mem["disable_cuda_graph"]:
+            return
+        logger.info("Capture cuda graph begin. This can take up to several minutes. avail mem=%.2f GB", self.avail())
+        tic = time.perf_counter()
+        time.sleep(self.plan["capture_seconds"])
+        self.hold(self.held + self.mem["graph"])
+        logger.info("Capture cuda graph end. Time elapsed: %.2f s. mem usage=%.2f GB. avail mem=%.2f GB.",
+                    time.perf_counter() - tic, self.mem["graph"] / GIB, self.avail())
+
+    def report(self, message):
+        os.write(self.status_fd, (json.dumps(message) + "\n").encode())
+
+
+def _terminated(gpu):
+    """Default SIGTERM action (die), after dropping the registration as a dying CUDA process frees memory."""
+    gpumem.unregister(gpu)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def main():
+    status_fd = int(sys.argv[1])
+    plan = json.loads(sys.stdin.read())
+    os.environ.pop("PYTHONEXECUTABLE", None)
+    if plan["orphan"]:
+        # sgl-project/sglang#23627: schedulers that outlive the launcher. Detach: new session, parent = init.
+        if os.fork() > 0:
+            os._exit(0)
+        os.setsid()
+    else:
+        die_with_parent(plan["parent_pid"])
+    if plan["ignore_sigterm"]:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    elif plan["gpu"] is not None:
+        signal.signal(signal.SIGTERM, lambda signum, frame: _terminated(plan["gpu"]))
+    set_title(plan["title"])
+    logutil.configure(plan["log_level"], plan["log_prefix"])
+    if plan["kind"] == "detokenizer":
+        idle()
+    scheduler = Scheduler(plan, status_fd)
+    try:
+        scheduler.run()
+    except Exception:  # SGLang's run_scheduler_process: log, tell the launcher, end
+        logger.error("Scheduler hit an exception: %s", traceback.format_exc())
+        if plan["gpu"] is not None:
+            gpumem.unregister(plan["gpu"])
+        try:
+            os.kill(plan["parent_pid"], signal.SIGQUIT)
+        except ProcessLookupError:
+            pass  # the launcher is gone already
+        os._exit(1)
+    idle()
+
+
+if __name__ == "__main__":
+    main()

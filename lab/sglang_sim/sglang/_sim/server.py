@@ -1,0 +1,528 @@
+"""SGLang 0.5.9's HTTP API over the simulated engine (stdlib http.server, one thread per connection).
+
+Routes, status codes and bodies follow sglang/srt/entrypoints/http_server.py: /health and /health_generate
+answer 503 while starting or draining and otherwise wait for any engine output after a 1-token health request
+(polling every SGLANG_SIM_HEALTH_POLL_SECONDS, 1 s as SGLang), --api-key guards everything but /health* and
+/metrics*, unknown paths 404 {"detail": "Not Found"}, bad requests 400.
+"""
+import http
+import http.server
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+
+from sglang._sim import logutil
+from sglang._sim.engine import GenRequest
+
+logger = logging.getLogger("sglang.srt.entrypoints.http_server")
+VERSION = "0.5.9+sim"
+INTERNAL_HEADER = "X-SGLang-Sim-Internal"
+
+
+class BadRequest(Exception):
+    pass
+
+
+class State:
+    """What the handlers share: the launcher fills it in."""
+
+    def __init__(self, server_args, model, engine, scheduler_info, perf_description, time_scale):
+        self.args = server_args
+        self.model = model
+        self.engine = engine
+        self.scheduler_info = scheduler_info
+        self.perf_description = perf_description
+        self.time_scale = time_scale
+        self.status = "starting"  # starting | up | unhealthy
+        self.draining = False
+        self.context_len = server_args.context_length or model.context_len
+        self.health_poll = float(os.environ.get("SGLANG_SIM_HEALTH_POLL_SECONDS", "1"))
+        self.health_timeout = float(os.environ.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20"))
+        self.health_generates = os.environ.get("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "true").lower() in (
+            "1", "true")
+        self.started = time.time()
+        self.generation_requests = 0
+        self.lock = threading.Lock()
+        self.after_generation = None  # callback(count) once a user generation request is answered
+
+
+def count_tokens(text):
+    """The simulator's tokenizer: one token per whitespace-separated word."""
+    return max(1, len(text.split())) if text else 0
+
+
+def chat_prompt_tokens(messages):
+    total = 3
+    for message in messages or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            content = " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+        total += 4 + count_tokens(str(content or ""))
+    return total
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+
+    def log_message(self, format, *args):  # noqa: A002 - http.server's signature; access lines are ours
+        pass
+
+    # ------------------------------------------------------------------ plumbing
+    @property
+    def state(self):
+        return self.server.state
+
+    def _headers(self, status, content_type, length=None, chunked=False):
+        self.send_response_only(status)
+        self.send_header("date", self.date_time_string())
+        self.send_header("server", "uvicorn")
+        self.send_header("content-type", content_type)
+        if chunked:
+            self.send_header("transfer-encoding", "chunked")
+        else:
+            self.send_header("content-length", str(length))
+        self.end_headers()
+        logutil.access(self.client_address, self.command, self.path, status, http.HTTPStatus(status).phrase)
+
+    def send_bytes(self, status, body, content_type):
+        self._headers(status, content_type, len(body))
+        self.wfile.write(body)
+
+    def send_json(self, status, obj):
+        self.send_bytes(status, json.dumps(obj).encode(), "application/json")
+
+    def send_empty(self, status):
+        self.send_bytes(status, b"", "text/plain; charset=utf-8")
+
+    def start_stream(self):
+        self._headers(200, "text/event-stream; charset=utf-8", chunked=True)
+
+    def chunk(self, data):
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def end_stream(self):
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def read_json(self):
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError as err:
+            raise BadRequest("JSON decode error: %s" % err) from None
+        if not isinstance(body, dict):
+            raise BadRequest("Input should be a valid dictionary or object to extract fields from")
+        return body
+
+    def error_400(self, message):
+        """FastAPI validation errors as SGLang's handler renders them."""
+        self.send_json(400, {"object": "error", "message": message, "type": "Bad Request", "param": None,
+                             "code": 400})
+
+    def authorized(self, path):
+        args = self.state.args
+        if path.startswith("/health") or path.startswith("/metrics"):
+            return True
+        admin = path == "/flush_cache"
+        key = args.admin_api_key if (admin and args.admin_api_key) else args.api_key
+        if not key:
+            return True
+        header = self.headers.get("authorization") or ""
+        scheme, _, token = header.partition(" ")
+        return scheme.lower() == "bearer" and token == key
+
+    # ------------------------------------------------------------------ dispatch
+    def do_GET(self):
+        self.dispatch("GET")
+
+    def do_POST(self):
+        self.dispatch("POST")
+
+    def do_PUT(self):
+        self.dispatch("PUT")
+
+    def do_DELETE(self):
+        self.dispatch("DELETE")
+
+    def dispatch(self, method):
+        path = self.path.split("?", 1)[0]
+        route = ROUTES.get(path)
+        if route is None and path.startswith("/v1/models/"):
+            route = ROUTES["/v1/models/{model}"]
+        try:
+            if route is None:
+                self.send_json(404, {"detail": "Not Found"})
+                return
+            methods, func = route
+            if method not in methods:
+                self.send_json(405, {"detail": "Method Not Allowed"})
+                return
+            if not self.authorized(path):
+                self.send_json(401, {"error": "Unauthorized"})
+                return
+            func(self)
+        except BadRequest as err:
+            self.error_400(str(err))
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    # ------------------------------------------------------------------ native endpoints
+    def health(self):
+        st = self.state
+        if st.draining:
+            logger.info("Health check request received during shutdown. Returning 503.")
+            self.send_empty(503)
+            return
+        if st.status == "starting":
+            self.send_empty(503)
+            return
+        if not st.health_generates and self.path.split("?")[0] == "/health":
+            self.send_empty(200)
+            return
+        tic = time.time()
+        req = st.engine.submit(GenRequest("HEALTH_CHECK_%s" % tic, 1, 1, internal=True))
+        while time.time() < tic + st.health_timeout:
+            time.sleep(st.health_poll)  # SGLang polls once a second
+            if st.engine.last_output > tic:
+                st.engine.abort(req)
+                st.status = "up"
+                self.send_empty(200)
+                return
+        st.engine.abort(req)
+        logger.error("Health check failed. Server couldn't get a response from detokenizer for last %s seconds. "
+                     "tic start time: %s. last_heartbeat time: %s", int(st.health_timeout),
+                     time.strftime("%H:%M:%S", time.localtime(tic)),
+                     time.strftime("%H:%M:%S", time.localtime(st.engine.last_output)))
+        st.status = "unhealthy"
+        self.send_empty(503)
+
+    def model_info(self):
+        if self.path.startswith("/get_model_info"):
+            logger.warning("Endpoint '/get_model_info' is deprecated and will be removed in a future version. "
+                           "Please use '/model_info' instead.")
+        st = self.state
+        self.send_json(200, {
+            "model_path": st.args.model_path,
+            "tokenizer_path": st.args.tokenizer_path,
+            "is_generation": True,
+            "preferred_sampling_params": st.args.preferred_sampling_params,
+            "weight_version": st.args.weight_version,
+            "has_image_understanding": False,
+            "has_audio_understanding": False,
+            "model_type": st.model.model_type,
+            "architectures": st.model.architectures,
+        })
+
+    def server_info(self):
+        if self.path.startswith("/get_server_info"):
+            logger.warning("Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
+                           "Please use '/server_info' instead.")
+        st = self.state
+        args = st.args.as_dict()
+        internal = dict(args)
+        internal.update({
+            "last_gen_throughput": st.engine.gen_throughput,
+            "memory_usage": st.scheduler_info["memory_usage"],
+            "effective_max_running_requests_per_dp": st.engine.max_running,
+        })
+        self.send_json(200, dict(args, **{
+            "status": "ready",
+            "max_total_num_tokens": st.scheduler_info["max_total_num_tokens"],
+            "max_req_input_len": st.scheduler_info["max_req_input_len"],
+            "internal_states": [internal],
+            "version": VERSION,
+            "simulated": True,
+            "simulation": {
+                "time_scale": st.time_scale,
+                "performance_model": st.perf_description,
+                "model": st.model.summary(),
+                "fault": os.environ.get("SGLANG_SIM_FAULT") or None,
+            },
+        }))
+
+    def models(self):
+        st = self.state
+        card = {"id": st.args.served_model_name, "object": "model", "created": int(st.started),
+                "owned_by": "sglang", "root": st.args.served_model_name, "parent": None,
+                "max_model_len": st.context_len}
+        if self.path.startswith("/v1/models/"):
+            name = self.path[len("/v1/models/"):].split("?")[0]
+            if name != st.args.served_model_name:
+                self.send_json(404, {"error": {"message": "The model `%s` does not exist." % name,
+                                               "type": "NotFoundError", "param": "model", "code": 404}})
+                return
+            self.send_json(200, card)
+            return
+        self.send_json(200, {"object": "list", "data": [card]})
+
+    def flush_cache(self):
+        running, waiting, _ = self.state.engine.load()
+        ok = running == 0 and waiting == 0
+        body = (b"Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
+                b"requests, the operation will not be performed.)\n")
+        self.send_bytes(200 if ok else 400, body, "text/plain; charset=utf-8")
+
+    def metrics(self):
+        st = self.state
+        if not st.args.enable_metrics:
+            self.send_json(404, {"detail": "Not Found"})
+            return
+        self.send_bytes(200, render_metrics(st).encode(), "text/plain; version=0.0.4; charset=utf-8")
+
+    # ------------------------------------------------------------------ generation
+    def _prompt(self, body):
+        text, ids = body.get("text"), body.get("input_ids")
+        if text is None and ids is None and body.get("input_embeds") is None:
+            raise BadRequest("Either text, input_ids or input_embeds should be provided.")
+        if isinstance(text, list) or (isinstance(ids, list) and ids and isinstance(ids[0], list)):
+            raise BadRequest("the simulator serves one prompt per request (batched text/input_ids lists are not "
+                             "simulated)")
+        if ids is not None:
+            return len(ids)
+        return count_tokens(str(text))
+
+    def _check_lengths(self, prompt_tokens, max_new):
+        ctx = self.state.context_len
+        if isinstance(max_new, bool) or not isinstance(max_new, int) or max_new < 0:
+            raise ValueError("max_new_tokens must be at least 0, got %s." % (max_new,))
+        if prompt_tokens >= ctx:
+            raise ValueError("The input (%d tokens) is longer than the model's context length (%d tokens)."
+                             % (prompt_tokens, ctx))
+        if max_new + prompt_tokens >= ctx:
+            raise ValueError(
+                "Requested token count exceeds the model's maximum context length of %d tokens. You requested a "
+                "total of %d tokens: %d tokens from the input messages and %d tokens for the completion. Please "
+                "reduce the number of tokens in the input messages or the completion to fit within the limit."
+                % (ctx, max_new + prompt_tokens, prompt_tokens, max_new))
+
+    def _submit(self, rid, prompt_tokens, max_new):
+        internal = INTERNAL_HEADER in self.headers
+        return self.state.engine.submit(GenRequest(rid, prompt_tokens, max_new, internal=internal))
+
+    def _events(self, req):
+        """Yield (kind, n_done, t) until the end; abort the request if the client goes away."""
+        while True:
+            kind, done, t = req.events.get()
+            # coalesce what piled up while the client was slow (SGLang streams what it has)
+            while kind != "end" and not req.events.empty():
+                kind, done, t = req.events.get_nowait()
+            yield kind, done, t
+            if kind == "end":
+                return
+
+    def _answered(self):
+        if INTERNAL_HEADER in self.headers:
+            return
+        st = self.state
+        with st.lock:
+            st.generation_requests += 1
+            count = st.generation_requests
+        if st.after_generation:
+            st.after_generation(count)
+
+    def _meta(self, req, done, finished, t):
+        meta = {"id": req.rid, "finish_reason": {"type": "length", "length": done} if finished else None,
+                "prompt_tokens": req.prompt_tokens, "weight_version": self.state.args.weight_version,
+                "total_retractions": 0, "completion_tokens": done, "cached_tokens": 0}
+        if finished:
+            meta["e2e_latency"] = t - req.created
+        return meta
+
+    def generate(self):
+        body = self.read_json()
+        prompt_tokens = self._prompt(body)
+        params = body.get("sampling_params") or {}
+        max_new = params.get("max_new_tokens", 128)
+        try:
+            self._check_lengths(prompt_tokens, max_new)
+        except ValueError as err:
+            logger.error("[http_server] Error: %s", err)
+            self.send_json(400, {"error": {"message": str(err)}})
+            return
+        rid = str(body.get("rid") or uuid.uuid4().hex)
+        req = self._submit(rid, prompt_tokens, max_new)
+        try:
+            if body.get("stream"):
+                self.start_stream()
+                for kind, done, t in self._events(req):
+                    out = {"text": req.text(done), "output_ids": [req.token_id(i) for i in range(done)],
+                           "meta_info": self._meta(req, done, kind == "end", t)}
+                    self.chunk(b"data: " + json.dumps(out).encode() + b"\n\n")
+                self.chunk(b"data: [DONE]\n\n")
+                self.end_stream()
+            else:
+                for kind, done, t in self._events(req):
+                    pass
+                self.send_json(200, {"text": req.text(done), "output_ids": [req.token_id(i) for i in range(done)],
+                                     "meta_info": self._meta(req, done, True, t)})
+        except (BrokenPipeError, ConnectionResetError):
+            self.state.engine.abort(req)
+            raise
+        self._answered()
+
+    def _openai(self, chat):
+        st = self.state
+        if (self.headers.get("content-type") or "").split(";")[0].strip().lower() != "application/json":
+            self.error_400("Unsupported Media Type: Only 'application/json' is allowed")
+            return
+        body = self.read_json()
+        if chat:
+            if not isinstance(body.get("messages"), list):
+                raise BadRequest("Field required: messages")
+            prompt_tokens = chat_prompt_tokens(body["messages"])
+            max_new = body.get("max_completion_tokens", body.get("max_tokens"))
+            max_new = 128 if max_new is None else max_new
+        else:
+            prompt = body.get("prompt")
+            if prompt is None:
+                raise BadRequest("Field required: prompt")
+            if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
+                prompt_tokens = len(prompt)
+            elif isinstance(prompt, list):
+                if len(prompt) != 1:
+                    raise BadRequest("the simulator serves one prompt per request")
+                prompt_tokens = count_tokens(str(prompt[0]))
+            else:
+                prompt_tokens = count_tokens(str(prompt))
+            max_new = body.get("max_tokens", 16)
+        try:
+            self._check_lengths(prompt_tokens, max_new)
+        except ValueError as err:
+            self.send_json(400, {"object": "error", "message": str(err), "type": "BadRequestError", "param": None,
+                                 "code": 400})
+            return
+        rid = uuid.uuid4().hex
+        req = self._submit(rid, prompt_tokens, max_new)
+        created = int(time.time())
+        kind_name = "chat.completion" if chat else "text_completion"
+        model = body.get("model") or st.args.served_model_name
+        usage_of = lambda done: {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + done,  # noqa: E731
+                                 "completion_tokens": done, "prompt_tokens_details": None}
+        try:
+            if body.get("stream"):
+                self.start_stream()
+                sent = 0
+                if chat:
+                    first = {"role": "assistant", "content": ""}
+                    self._sse({"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
+                               "choices": [{"index": 0, "delta": first, "logprobs": None, "finish_reason": None}]})
+                for kind, done, _ in self._events(req):
+                    piece = req.text(done)[len(req.text(sent)):]
+                    sent = done
+                    finish = "length" if kind == "end" else None
+                    if chat:
+                        choice = {"index": 0, "delta": {"role": None, "content": piece}, "logprobs": None,
+                                  "finish_reason": finish}
+                        obj = "chat.completion.chunk"
+                    else:
+                        choice = {"index": 0, "text": piece, "logprobs": None, "finish_reason": finish}
+                        obj = "text_completion"
+                    self._sse({"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]})
+                if (body.get("stream_options") or {}).get("include_usage"):
+                    self._sse({"id": rid, "object": obj, "created": created, "model": model, "choices": [],
+                               "usage": usage_of(sent)})
+                self.chunk(b"data: [DONE]\n\n")
+                self.end_stream()
+            else:
+                for kind, done, _ in self._events(req):
+                    pass
+                if chat:
+                    choice = {"index": 0, "message": {"role": "assistant", "content": req.text(done),
+                                                      "reasoning_content": None, "tool_calls": None},
+                              "logprobs": None, "finish_reason": "length", "matched_stop": None}
+                else:
+                    choice = {"index": 0, "text": req.text(done), "logprobs": None, "finish_reason": "length",
+                              "matched_stop": None}
+                self.send_json(200, {"id": rid, "object": kind_name, "created": created, "model": model,
+                                     "choices": [choice], "usage": usage_of(done)})
+        except (BrokenPipeError, ConnectionResetError):
+            st.engine.abort(req)
+            raise
+        self._answered()
+
+    def _sse(self, obj):
+        self.chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+    def completions(self):
+        self._openai(chat=False)
+
+    def chat_completions(self):
+        self._openai(chat=True)
+
+
+ROUTES = {
+    "/health": (("GET",), Handler.health),
+    "/health_generate": (("GET",), Handler.health),
+    "/model_info": (("GET",), Handler.model_info),
+    "/get_model_info": (("GET",), Handler.model_info),
+    "/server_info": (("GET",), Handler.server_info),
+    "/get_server_info": (("GET",), Handler.server_info),
+    "/v1/models": (("GET",), Handler.models),
+    "/v1/models/{model}": (("GET",), Handler.models),
+    "/flush_cache": (("GET", "POST"), Handler.flush_cache),
+    "/metrics": (("GET",), Handler.metrics),
+    "/generate": (("POST", "PUT"), Handler.generate),
+    "/v1/completions": (("POST",), Handler.completions),
+    "/v1/chat/completions": (("POST",), Handler.chat_completions),
+}
+
+
+def render_metrics(st):
+    engine = st.engine
+    running, waiting, used = engine.load()
+    name = st.args.served_model_name
+    labels = 'model_name="%s"' % name
+    capacity = st.scheduler_info["max_total_num_tokens"]
+    lines = ["# SGLang simulator %s (lab): every value below is simulated." % VERSION,
+             "# HELP sglang_sim_info The server is the lab's SGLang simulator.",
+             "# TYPE sglang_sim_info gauge",
+             'sglang_sim_info{version="%s",%s} 1' % (VERSION, labels)]
+
+    def gauge(metric, value, help_text):
+        lines.extend(["# HELP sglang:%s %s (simulated)" % (metric, help_text), "# TYPE sglang:%s gauge" % metric,
+                      "sglang:%s{%s} %s" % (metric, labels, float(value))])
+
+    def counter(metric, value, help_text):
+        lines.extend(["# HELP sglang:%s %s (simulated)" % (metric, help_text), "# TYPE sglang:%s counter" % metric,
+                      "sglang:%s{%s} %s" % (metric, labels, float(value))])
+
+    def histogram(metric, hist, help_text):
+        lines.extend(["# HELP sglang:%s %s (simulated)" % (metric, help_text), "# TYPE sglang:%s histogram" % metric])
+        for bound, count in zip(hist.buckets, hist.counts):
+            lines.append('sglang:%s_bucket{%s,le="%s"} %s' % (metric, labels, float(bound), float(count)))
+        lines.append('sglang:%s_bucket{%s,le="+Inf"} %s' % (metric, labels, float(hist.total)))
+        lines.append("sglang:%s_sum{%s} %s" % (metric, labels, hist.sum))
+        lines.append("sglang:%s_count{%s} %s" % (metric, labels, float(hist.total)))
+
+    gauge("num_running_reqs", running, "The number of running requests.")
+    gauge("num_queue_reqs", waiting, "The number of requests in the waiting queue.")
+    gauge("num_used_tokens", used, "The number of used tokens.")
+    gauge("token_usage", used / capacity if capacity else 0.0, "The token usage.")
+    gauge("gen_throughput", engine.gen_throughput, "The generation throughput (token/s).")
+    gauge("cache_hit_rate", 0.0, "The prefix cache hit rate.")
+    counter("prompt_tokens_total", engine.prompt_tokens_total, "Number of prefill tokens processed.")
+    counter("generation_tokens_total", engine.generation_tokens_total, "Number of generation tokens processed.")
+    counter("num_requests_total", engine.requests_total, "Number of requests processed.")
+    histogram("time_to_first_token_seconds", engine.ttft, "Histogram of time to first token in seconds.")
+    histogram("inter_token_latency_seconds", engine.itl, "Histogram of inter-token latency in seconds.")
+    histogram("e2e_request_latency_seconds", engine.e2e, "Histogram of End-to-end request latency in seconds")
+    return "\n".join(lines) + "\n"
+
+
+class HTTPServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024
+
+    def __init__(self, host, port, state):
+        if ":" in host:
+            self.address_family = socket.AF_INET6
+        self.state = state
+        super().__init__((host, port), Handler)
