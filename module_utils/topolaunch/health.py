@@ -110,7 +110,9 @@ def _dead_reason(state, invocation_id):
     if invocation_id and state.get("InvocationID") and state["InvocationID"] != invocation_id:
         return "systemd restarted it (a new start replaced the one we waited for)"
     if state.get("SubState") == "auto-restart" or state.get("NRestarts", "0") not in ("", "0"):
-        return "its main process died and systemd is restarting it (NRestarts=%s)" % state.get("NRestarts")
+        return "its main process %s %s and systemd is restarting it (result %s, restarts so far %s)" % (
+            _code_word(state.get("ExecMainCode")), state.get("ExecMainStatus"), state.get("Result"),
+            state.get("NRestarts") or 0)
     if state.get("ActiveState") in ("inactive", "failed", "deactivating"):
         return "it is %s (result %s, main process %s status %s)" % (
             state["ActiveState"], state.get("Result"), _code_word(state.get("ExecMainCode")), state.get("ExecMainStatus"))
