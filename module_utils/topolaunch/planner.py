@@ -653,7 +653,7 @@ def plan(topology=None, model=None, model_path=None, layout="auto", sglang_versi
     if facts is not None:
         reasons.extend(_global_rules(facts, values))
         warnings.extend(_model_warnings(facts, values))
-    if facts is None or not nodes or len(nodes) != len(topologies) or wanted is None:
+    if facts is None or not nodes or len(nodes) != len(topologies) or len(nodes) != nnodes_n or wanted is None:
         raise PlanError(reasons)
 
     ctx = _Context(facts, nodes, values, nnodes_n, partition)

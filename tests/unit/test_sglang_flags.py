@@ -138,7 +138,7 @@ def build_parser(flags):
     parser = argparse.ArgumentParser(prog="launch_server", exit_on_error=False)
     types = {"int": int, "float": float, "str": str, None: None}
     for entry in flags.values():
-        kwargs = {"dest": entry["dest"]}
+        kwargs = {"dest": entry["dest"], "default": entry["default"]}
         if entry["action"] in ("store_true", "store_false"):
             kwargs["action"] = entry["action"]
         elif entry["action"] == "DeprecatedAction":

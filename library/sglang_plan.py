@@ -1,0 +1,164 @@
+#!/usr/bin/python
+"""Ansible module sglang_plan: plan the SGLang launch (layout, GPU order, PP split, memory, argv) from topology."""
+
+DOCUMENTATION = r"""
+---
+module: sglang_plan
+short_description: Plan an SGLang launch from GPU topology facts and a model directory
+description:
+  - Turns C(ansible_facts.gpu_topology), the model's C(config.json) and C(model.safetensors.index.json), a wanted
+    layout and extra server arguments into the exact launch - CUDA_VISIBLE_DEVICES order, environment, canonical
+    C(sglang.launch_server) arguments of the pinned SGLang version, PP layer split, memory fit - and explains it.
+  - Every layout for the GPU count is a candidate, valid or not with all its reasons; C(auto) ranks valid ones by
+    measured results for this model and topology fingerprint, else by a documented heuristic score.
+  - An invalid explicit layout, or any bad input, fails with every reason before anything changes on a host.
+  - Changes nothing; runs the same in check mode. Stdlib only; reads the model directory on the target.
+options:
+  topology:
+    description: The gpu_topology facts of this host (node 0 when O(node_topologies) is given).
+    type: dict
+  node_topologies:
+    description: One gpu_topology facts mapping per node, in node-rank order (multi-node).
+    type: list
+    elements: dict
+  model_path:
+    description: Model directory on the target; also the C(--model-path) of the launch.
+    type: str
+  model:
+    description: The model given directly instead of read from O(model_path) - C(config) (config.json) and
+      C(total_size) (weight bytes), optional C(name).
+    type: dict
+  layout:
+    description: C(auto), a name (C(tp8), C(tp4pp2), C(tp2pp2ep2), C(tp4dp2)) or a mapping with tp, pp, dp, ep.
+    type: raw
+    default: auto
+  sglang_version:
+    description: The pinned SGLang version whose flags are used and checked.
+    type: str
+    default: "0.5.9"
+  server_args:
+    description: Extra server arguments, ServerArgs field names (or flag names in snake case) to values.
+    type: dict
+    default: {}
+  host:
+    description: Address the server listens on.
+    type: str
+    default: 127.0.0.1
+  port:
+    description: Port the server listens on.
+    type: int
+    default: 30000
+  served_model_name:
+    description: Name served by the API; default the model directory's name.
+    type: str
+  nnodes:
+    description: Number of nodes.
+    type: int
+    default: 1
+  node_rank:
+    description: This host's node rank; the top-level argv and env are this node's.
+    type: int
+    default: 0
+  dist_init_addr:
+    description: host:port of node 0 for C(--dist-init-addr) (needed with O(nnodes) > 1).
+    type: str
+  measured:
+    description: Measured records (model, topology_fingerprint, layout, output_throughput, max_concurrency).
+    type: list
+    elements: dict
+    default: []
+  gpus:
+    description: GPU indices the plan may use (default all).
+    type: list
+    elements: int
+  pp_layer_partition:
+    description: Layers per PP stage; default SGLang's own split.
+    type: list
+    elements: int
+  sglang_python:
+    description: SGLang venv python for the printed command line (default /opt/sglang/venvs/<version>/bin/python).
+    type: str
+author:
+  - topolaunch
+"""
+
+EXAMPLES = r"""
+- name: Plan the field launch
+  sglang_plan:
+    topology: "{{ ansible_facts.gpu_topology }}"
+    model_path: /srv/models/glm-5-nvfp4
+    layout: tp4pp2
+    server_args:
+      mem_fraction_static: 0.92
+      max_running_requests: 1024
+      moe_runner_backend: flashinfer_cutlass
+  register: plan_result
+"""
+
+RETURN = r"""
+plan:
+  description: The plan (docs/DESIGN.md "sglang_plan result") - layout, gpu_indices, cuda_visible_devices, env, argv,
+    pp_layer_partition, memory, candidates, reason, warnings, topology_fingerprint, model_name, per_node (multi-node).
+  returned: success
+  type: dict
+  sample:
+    layout: {tp: 4, pp: 2, dp: 1, ep: 1, nnodes: 1, name: tp4pp2}
+    cuda_visible_devices: "0,1,2,3,4,5,6,7"
+    argv: ["--model-path", "/srv/models/glm-5-nvfp4", "--tp-size", "4", "--pp-size", "2"]
+report:
+  description: Readable lines - chosen layout and why, stages, memory, the full launch command line, warnings, the
+    candidates table.
+  returned: success
+  type: list
+  elements: str
+reasons:
+  description: Every reason the plan failed.
+  returned: failure
+  type: list
+  elements: str
+candidates:
+  description: The candidates evaluated before the failure (when it got that far).
+  returned: failure
+  type: list
+  elements: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.topolaunch.planner import PlanError, plan, render_report
+
+ARGUMENT_SPEC = {
+    "topology": {"type": "dict"},
+    "node_topologies": {"type": "list", "elements": "dict"},
+    "model_path": {"type": "str"},
+    "model": {"type": "dict"},
+    "layout": {"type": "raw", "default": "auto"},
+    "sglang_version": {"type": "str", "default": "0.5.9"},
+    "server_args": {"type": "dict", "default": {}},
+    "host": {"type": "str", "default": "127.0.0.1"},
+    "port": {"type": "int", "default": 30000},
+    "served_model_name": {"type": "str"},
+    "nnodes": {"type": "int", "default": 1},
+    "node_rank": {"type": "int", "default": 0},
+    "dist_init_addr": {"type": "str"},
+    "measured": {"type": "list", "elements": "dict", "default": []},
+    "gpus": {"type": "list", "elements": "int"},
+    "pp_layer_partition": {"type": "list", "elements": "int"},
+    "sglang_python": {"type": "str"},
+}
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, required_one_of=[("topology", "node_topologies")],
+                           supports_check_mode=True)
+    p = dict(module.params)
+    python = p.pop("sglang_python")
+    try:
+        result = plan(**p)
+    except PlanError as exc:
+        module.fail_json(msg="sglang_plan: %d problem(s): %s" % (len(exc.reasons), " | ".join(exc.reasons)),
+                         reasons=exc.reasons, candidates=exc.partial.get("candidates", []))
+    module.exit_json(changed=False, plan=result, report=render_report(result, python))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,299 @@
+"""Each validity rule of the planner, inputs it refuses, and that every reason is reported (not just the first)."""
+import pytest
+
+from plan_cases import FIELD_ARGS, model_input, model_path, synth_facts
+from topolaunch import planner
+from topolaunch.plan_args import FlagIndex, check_server_args
+
+VNUMA = "proxmox-8x-rtx-pro-6000-vnuma"
+
+
+@pytest.fixture(scope="module")
+def vnuma(tmp_path_factory):
+    return synth_facts(VNUMA, tmp_path_factory.mktemp("vnuma"))
+
+
+def refused(facts, layout, **kwargs):
+    kwargs.setdefault("model_path", model_path("glm-5-nvfp4"))
+    with pytest.raises(planner.PlanError) as exc:
+        planner.plan(topology=facts, layout=layout, **kwargs)
+    return exc.value.reasons
+
+
+def candidate(facts, name, **kwargs):
+    kwargs.setdefault("model_path", model_path("glm-5-nvfp4"))
+    try:
+        plan = planner.plan(topology=facts, layout="auto", **kwargs)
+        candidates = plan["candidates"]
+    except planner.PlanError as exc:
+        candidates = exc.partial["candidates"]
+    return next(c for c in candidates if c["name"] == name)
+
+
+# ---------------------------------------------------------------------------------------------- layouts
+
+
+@pytest.mark.parametrize("text, want", [
+    ("tp8", {"tp": 8, "pp": 1, "dp": 1, "ep": 1}),
+    ("tp4pp2", {"tp": 4, "pp": 2, "dp": 1, "ep": 1}),
+    ("TP4+PP2", {"tp": 4, "pp": 2, "dp": 1, "ep": 1}),
+    ("tp2pp2ep2", {"tp": 2, "pp": 2, "dp": 1, "ep": 2}),
+    ("tp4dp2", {"tp": 4, "pp": 1, "dp": 2, "ep": 1}),
+    ({"tp": 4, "pp": "2"}, {"tp": 4, "pp": 2, "dp": 1, "ep": 1}),
+    ("auto", "auto"), (None, "auto"),
+])
+def test_layout_names_and_mappings(text, want):
+    assert planner.parse_layout(text) == want
+
+
+@pytest.mark.parametrize("bad, words", [
+    ("tp4pq2", "not 'auto' or a name"), ("tp4tp2", "names tp twice"), ("tp0", "at least 1"),
+    ({"tp": 4, "cp": 2}, "unknown keys cp"), ({"tp": -1}, "tp must be a positive integer"), (8, "must be 'auto'"),
+])
+def test_bad_layouts_are_named(bad, words):
+    with pytest.raises(planner.PlanError) as exc:
+        planner.parse_layout(bad)
+    assert words in exc.value.reasons[0]
+
+
+def test_layout_name_round_trip():
+    for c in planner.enumerate_layouts(8, moe=True):
+        assert planner.parse_layout(planner.layout_name(**c)) == c
+    dense = planner.enumerate_layouts(8, moe=False)
+    assert {planner.layout_name(**c) for c in dense} == {
+        "tp8", "tp4pp2", "tp4dp2", "tp2pp4", "tp2pp2dp2", "tp2dp4", "tp1pp8", "tp1pp4dp2", "tp1pp2dp4", "tp1dp8"}
+
+
+def test_default_partition_is_sglangs():
+    assert planner.default_partition(78, 2) == [39, 39]
+    assert planner.default_partition(78, 4) == [19, 19, 20, 20]  # the last n % pp stages get one more
+    assert planner.default_partition(61, 2) == [30, 31]
+
+
+# ---------------------------------------------------------------------------------------------- rules
+
+
+def test_gpus_present(vnuma):
+    assert "layout tp8pp2: tp8pp2 needs 16 GPUs, 8 available" in refused(vnuma, "tp8pp2")
+
+
+def test_heads_divisible_by_tp(vnuma):
+    reasons = refused(vnuma, "tp3", gpus=[0, 1, 2])
+    assert "layout tp3: attention heads 64 are not divisible by tp 3" in reasons
+
+
+def test_kv_heads_split_or_replicated(vnuma):
+    model = model_input("llama-3.1-70b", num_attention_heads=48, num_key_value_heads=6)
+    reasons = refused(vnuma, "tp4", model=model, gpus=[0, 1, 2, 3])
+    assert "layout tp4: KV heads 6 can be neither split nor replicated over tp 4" in reasons
+    # 8 KV heads over tp 8 split; 8 KV heads over tp 2 split too
+    assert candidate(vnuma, "tp8", model=model_input("llama-3.1-70b"))["valid"]
+
+
+def test_vocab_divisible_by_tp(vnuma):
+    model = model_input("llama-3.1-70b", num_attention_heads=48, num_key_value_heads=48, vocab_size=151552)
+    reasons = refused(vnuma, "tp3", model=model, gpus=[0, 1, 2])
+    assert "layout tp3: vocabulary 151552 (padded to 151552) is not divisible by tp 3" in reasons
+    assert not any("heads" in r for r in reasons)
+
+
+def test_tp_not_above_routed_experts(vnuma):
+    model = model_input("qwen3-235b-a22b", num_experts=4, num_experts_per_tok=2)
+    reasons = refused(vnuma, "tp8", model=model)
+    assert "layout tp8: tp 8 is greater than the 4 routed experts" in reasons
+
+
+def test_ep_rules(vnuma):
+    assert "layout tp8ep2: ep 2 needs a mixture-of-experts model; this one is dense" in refused(
+        vnuma, "tp8ep2", model_path=model_path("llama-3.1-70b"))
+    reasons = refused(vnuma, "tp4ep3", gpus=[0, 1, 2, 3])
+    assert "layout tp4ep3: ep 3 does not divide tp 4 (SGLang's MoE TP size is tp / ep)" in reasons
+    assert "layout tp4ep3: 256 routed experts cannot be split over ep 3" in reasons
+    # flashinfer_cutlass MoE runner: ep in {1, tp}
+    args = {"moe_runner_backend": "flashinfer_cutlass"}
+    assert "layout tp8ep2: moe_runner_backend flashinfer_cutlass needs ep 1 or ep = tp 8, not 2" in refused(
+        vnuma, "tp8ep2", server_args=args)
+    assert candidate(vnuma, "tp8ep8", server_args=args)["valid"]
+    assert candidate(vnuma, "tp8", server_args=args)["valid"]
+    # all-to-all backends force ep = tp: another ep is refused, not silently changed
+    args = {"moe_a2a_backend": "deepep"}
+    assert any("moe_a2a_backend deepep makes SGLang set ep = tp 8; ask for ep 8 (layout tp8ep8)" in r
+               for r in refused(vnuma, "tp8", server_args=args))
+    assert candidate(vnuma, "tp8ep8", server_args=args)["valid"]
+    # pp > 1 with ep > 1 through an all-to-all backend is a valid combination
+    assert candidate(vnuma, "tp4pp2ep4", server_args=args)["valid"]
+    # flashinfer all-to-all needs the flashinfer_cutlass runner (a global rule: every layout fails)
+    assert any("moe_a2a_backend flashinfer needs moe_runner_backend flashinfer_cutlass" in r
+               for r in refused(vnuma, "tp8ep8", server_args={"moe_a2a_backend": "flashinfer"}))
+    # cutlass MoE with fp8 quantization: ep 1 only
+    assert any("moe_runner_backend cutlass with fp8 quantization needs ep 1, not 8" in r for r in refused(
+        vnuma, "tp8ep8", server_args={"moe_runner_backend": "cutlass", "quantization": "fp8"},
+        model_path=model_path("glm-4.7")))
+    # EPLB balances experts between EP ranks: it needs some
+    assert "layout tp8: enable_eplb needs ep > 1" in refused(vnuma, "tp8", server_args={"enable_eplb": True})
+
+
+def test_fp8_block_quantized_experts(vnuma):
+    fp8 = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}
+    model = model_input("qwen3-235b-a22b", quantization_config=fp8)
+    model["total_size"] //= 2
+    reasons = refused(vnuma, "tp8", model=model)
+    assert ("layout tp8: FP8 block-quantized experts: moe_intermediate_size 1536 / (tp/ep = 8) must be a multiple "
+            "of the block size 128") in reasons
+    assert candidate(vnuma, "tp8ep2", model=model)["valid"]  # 1536 / 4 = 384 = 3 blocks
+    assert candidate(vnuma, "tp4pp2", model=model)["valid"]
+
+
+def test_layers_and_partition(vnuma):
+    model = model_input("llama-2-7b", num_hidden_layers=2)
+    assert "layout tp2pp4: pp 4 is larger than the 2 layers" in refused(vnuma, "tp2pp4", model=model)
+    reasons = refused(vnuma, "tp4pp2", pp_layer_partition=[40, 40])
+    assert "layout tp4pp2: pp_layer_partition [40, 40] must give every stage >= 1 layer and sum to 78 layers" in reasons
+    assert "layout tp4pp2: pp_layer_partition has 3 entries for pp 2" in refused(
+        vnuma, "tp4pp2", pp_layer_partition=[26, 26, 26])
+    plan = planner.plan(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp4pp2",
+                        pp_layer_partition=[37, 41])
+    assert plan["env"]["SGLANG_PP_LAYER_PARTITION"] == "37,41"
+    assert [(s["first_layer"], s["last_layer"]) for s in plan["pp_layer_partition"]] == [(0, 36), (37, 77)]
+    covered = [layer for s in plan["pp_layer_partition"] for layer in range(s["first_layer"], s["last_layer"] + 1)]
+    assert covered == list(range(78))
+
+
+def test_pp_refuses_speculative_decoding_and_mixed_chunk(vnuma):
+    reasons = refused(vnuma, "tp4pp2", server_args={"speculative_algorithm": "EAGLE", "enable_mixed_chunk": True})
+    assert "layout tp4pp2: pp > 1 cannot run speculative decoding (EAGLE)" in reasons
+    assert "layout tp4pp2: pp > 1 cannot run enable_mixed_chunk" in reasons
+    assert candidate(vnuma, "tp8", server_args={"speculative_algorithm": "EAGLE"})["valid"]
+
+
+def test_memory_fit_uses_sglangs_default_fraction(vnuma):
+    # 97887 MiB RTX PRO 6000, tp8: reserved = 512 + 8192*1.5 + 512*2 + 8/8*1024 = 14848 MiB
+    assert planner.sglang_default_mem_fraction(97887 << 20, 8, 1, {}) == round((97887 - 14848) / 97887, 3)
+    # tp2: cuda graph max bs 256 -> reserved = 512 + 12288 + 512 + 256 = 13568 MiB
+    assert planner.sglang_default_mem_fraction(97887 << 20, 2, 1, {}) == round((97887 - 13568) / 97887, 3)
+    # a 24 GB card: chunk 2048, graph bs 24 (tp < 4): 512 + 3072 + 48 + 128 = 3760 MiB, no 10 GiB floor
+    assert planner.sglang_default_mem_fraction(24564 << 20, 1, 1, {}) == round((24564 - 3760) / 24564, 3)
+    plan = planner.plan(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8")
+    mem = plan["memory"]
+    assert mem["mem_fraction_static"] == 0.848 and mem["mem_fraction_source"] == "sglang_0.5.9_default"
+    assert mem["usable_bytes"] == int((mem["gpu_memory_bytes"] - (1 << 30)) * 0.848)
+    assert mem["kv_room_bytes"] == mem["usable_bytes"] - mem["weights_per_gpu_bytes"] or \
+        abs(mem["kv_room_bytes"] - (mem["usable_bytes"] - mem["weights_per_gpu_bytes"])) <= 1
+    # a lower fraction makes the same layout not fit
+    reasons = refused(vnuma, "tp8", server_args={"mem_fraction_static": 0.5})
+    assert any(r.startswith("layout tp8: does not fit:") for r in reasons)
+
+
+def test_kv_cache_of_mla_is_per_layer_not_per_head(vnuma):
+    tp8 = planner.plan(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8")["memory"]
+    pp2 = planner.plan(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp4pp2")["memory"]
+    # MLA keeps the latent on every TP rank: half the layers per GPU halves the bytes per token
+    assert tp8["kv_bytes_per_token"] == 2 * pp2["kv_bytes_per_token"]
+    # GLM-5 is DSA: fp8 KV on SM 12 (1 byte): (512 + 64 + 128 + 4) x 78 layers
+    assert tp8["kv_bytes_per_token"] == (512 + 64) * 78 + (128 + 4) * 78
+    gqa = planner.plan(topology=vnuma, model_path=model_path("llama-3.1-70b"), layout="tp8")["memory"]
+    assert gqa["kv_bytes_per_token"] == 1 * (128 + 128) * 80 * 2  # 8 KV heads / tp 8, bf16
+
+
+# ---------------------------------------------------------------------------------------------- server args
+
+
+def test_server_args_are_flags_of_the_pinned_version():
+    index = FlagIndex("0.5.9")
+    items, values, reasons = check_server_args(dict(FIELD_ARGS, kv_cache_dtype="fp8_e4m3", trust_remote_code=True,
+                                                    enable_metrics=False, context_length="32768"), index)
+    assert reasons == []
+    flags = [flag for flag, _ in items]
+    assert flags == sorted(flags) and "--enable-metrics" not in flags
+    words = dict(items)
+    assert words["--trust-remote-code"] == ["--trust-remote-code"]
+    assert words["--context-length"] == ["--context-length", "32768"]
+    assert values["fp8_gemm_runner_backend"] == "cutlass" and values["context_length"] == 32768
+
+
+@pytest.mark.parametrize("args, words", [
+    ({"attention_backends": "flashinfer"}, "SGLang 0.5.9 has no flag for 'attention_backends'"),
+    ({"pp": 2}, "server_args.pp: SGLang 0.5.9 has no flag for 'pp' (similar: "),
+    ({"tp_size": 4}, "server_args.tp_size is set by the planner: use the layout"),
+    ({"tensor_parallel_size": 4}, "server_args.tensor_parallel_size is set by the planner"),
+    ({"api_key": "secret"}, "server_args.api_key is a secret"),
+    ({"mem_fraction_static": "lots"}, "server_args.mem_fraction_static must be a number, got 'lots'"),
+    ({"max_running_requests": 1.5}, "server_args.max_running_requests must be an integer"),
+    ({"trust_remote_code": "yes"}, "--trust-remote-code is a switch (store_true); give true or false"),
+    ({"kv_cache_dtype": "fp9"}, "'fp9' is not a choice of --kv-cache-dtype in SGLang 0.5.9 (choices: auto, "),
+    ({"hybrid_kvcache_ratio": True}, "--hybrid-kvcache-ratio is deprecated in SGLang 0.5.9"),
+    ({"fp8_gemm_backend": "cutlass", "fp8_gemm_runner_backend": "triton"}, "both set --fp8-gemm-backend"),
+    ({"enable_dp_attention": True}, "DP attention"),
+])
+def test_bad_server_args_are_named(args, words):
+    _, _, reasons = check_server_args(args, FlagIndex("0.5.9"))
+    assert any(words in r for r in reasons), reasons
+
+
+def test_pp_alone_is_not_a_flag():
+    index = FlagIndex("0.5.9")
+    assert "pp" not in index.by_name or index.by_name["pp"] != "--pp-size"
+    assert index.by_name["pp_size"] == "--pp-size" and index.by_name["pipeline_parallel_size"] == "--pp-size"
+
+
+def test_every_reason_is_reported(vnuma):
+    args = {"attention_backend": "flashinf", "no_such_arg": 1, "moe_runner_backend": "flashinfer_cutlass"}
+    reasons = refused(vnuma, "tp3pp2ep2", server_args=args, gpus=[0, 1, 2, 3, 4, 5], port=70000,
+                      served_model_name="glm:5")
+    text = "\n".join(reasons)
+    for words in ("'flashinf' is not a choice of --attention-backend", "no flag for 'no_such_arg'",
+                  "port must be between 1 and 65535", "served_model_name 'glm:5' contains ':'",
+                  "attention heads 64 are not divisible by tp 3", "ep 2 does not divide tp 3",
+                  "flashinfer_cutlass needs ep 1 or ep = tp 3"):
+        assert words in text, words
+    assert len(reasons) >= 7
+
+
+def test_unknown_version_and_missing_inputs(vnuma):
+    reasons = refused(vnuma, "tp8", sglang_version="0.5.23")
+    assert any("sglang_version 0.5.23 has no flag table (supported: 0.5.9)" in r for r in reasons)
+    with pytest.raises(planner.PlanError) as exc:
+        planner.plan(model_path=model_path("glm-5-nvfp4"))
+    assert "give topology (ansible_facts.gpu_topology) or node_topologies (one per node)" in exc.value.reasons
+    reasons = refused(vnuma, "tp8", model_path="/nonexistent/model")
+    assert any("model path /nonexistent/model is not a directory" in r for r in reasons)
+    reasons = refused(vnuma, "tp8", gpus=[0, 9])
+    assert "gpus [9] are not present on node 0 (GPUs [0, 1, 2, 3, 4, 5, 6, 7])" in reasons
+
+
+def test_nccl_rules(tmp_path):
+    naive = synth_facts("proxmox-8x-rtx-pro-6000-naive", tmp_path / "naive")
+    plan = planner.plan(topology=naive, model_path=model_path("glm-5-nvfp4"), layout="tp8")
+    assert plan["env"]["NCCL_P2P_DISABLE"] == "1" and "NCCL_P2P_LEVEL" not in plan["env"]
+    assert any("NCCL_TOPO_FILE" in w for w in plan["warnings"])
+    hgx = synth_facts("hgx-8x-h100-nvswitch", tmp_path / "hgx")
+    plan = planner.plan(topology=hgx, model_path=model_path("llama-3.1-70b"), layout="tp8")
+    assert not any(k.startswith("NCCL_") for k in plan["env"])
+    vnuma = synth_facts(VNUMA, tmp_path / "vnuma")
+    plan = planner.plan(topology=vnuma, model_path=model_path("llama-3.1-70b"), layout="tp8")
+    assert plan["env"]["NCCL_P2P_LEVEL"] == "SYS"
+    assert any("spans NUMA nodes 0,1" in w for w in plan["warnings"])
+    plan = planner.plan(topology=vnuma, model_path=model_path("llama-3.1-70b"), layout="tp4")
+    assert "NCCL_P2P_LEVEL" not in plan["env"] and plan["gpu_indices"] == [0, 1, 2, 3]
+    assert any("GPUs [4, 5, 6, 7] stay idle" in w for w in plan["warnings"])
+
+
+def test_nvlink_pairs_become_tp2_groups(tmp_path):
+    facts = synth_facts("8x-h100-nvl-direct-nvlink-pairs", tmp_path)
+    plan = planner.plan(topology=facts, model_path=model_path("llama-3.1-70b"), layout="tp2dp4")
+    assert plan["tp_groups"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    # a spec whose NVLink pairs cross the PCIe order: the pairs still form the groups
+    facts["links"] = [row[:] for row in facts["links"]]
+    for a, b in ((0, 1), (2, 3), (4, 5), (6, 7)):
+        facts["links"][a][b] = facts["links"][b][a] = facts["pcie_levels"][a][b]
+    for a, b in ((0, 2), (1, 3), (4, 6), (5, 7)):
+        facts["links"][a][b] = facts["links"][b][a] = "NV12"
+    plan = planner.plan(topology=facts, model_path=model_path("llama-3.1-70b"), layout="tp2dp4")
+    assert sorted(map(sorted, plan["tp_groups"])) == [[0, 2], [1, 3], [4, 6], [5, 7]]
+
+
+def test_processes_on_planned_gpus_are_warned(tmp_path):
+    facts = synth_facts(VNUMA, tmp_path)
+    facts["gpus"][2]["processes"] = [{"pid": 4242, "used_memory_bytes": 5 << 30}]
+    plan = planner.plan(topology=facts, model_path=model_path("glm-5-nvfp4"), layout="tp8")
+    assert any("GPU 2 holds processes 4242" in w for w in plan["warnings"])
