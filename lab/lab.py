@@ -780,7 +780,7 @@ def cmd_up(lab, args):
                 rt.apply_live(host, changed)
                 note = f"; updated {', '.join(changed)}" if changed else ""
                 log(f"{host.name}: running (pid {st['nspawn']['pid']}), reusing{note}")
-                booting[host.name] = (rt, host, None)
+                booting[host.name] = (rt, host, time.monotonic())
                 continue
             if port_in_use(host.port):
                 raise LabError(f"{host.name}: ansible_port {host.port} on 127.0.0.1 is already in use by another "
@@ -790,15 +790,15 @@ def cmd_up(lab, args):
             st = rt.state()
             st.update({"port": host.port, "spec": host.spec_name, "machine": rt.machine})
             write_json(rt.state_file, st)
+            started = time.monotonic()
             proc = rt.start()
             log(f"{host.name}: booting {rt.machine} (pid {proc.pid}, ssh 127.0.0.1:{host.port}, spec {host.spec_name})")
-            booting[host.name] = (rt, host, proc)
+            booting[host.name] = (rt, host, started)
 
         def wait(item):
-            rt, host, _proc = item
-            t = time.monotonic()
+            rt, host, started = item
             state = rt.wait_ready(host.port, args.timeout)
-            log(f"{host.name}: ready ({state}) after {time.monotonic() - t:.1f} s")
+            log(f"{host.name}: ready ({state}) {time.monotonic() - started:.1f} s after start")
             if state == "degraded":
                 failed = run(ssh_cmd(host.port, "systemctl", "--failed", "--no-legend", "--plain"), timeout=15)
                 log(f"{host.name}: warning: failed units: {failed.stdout.strip()}")
