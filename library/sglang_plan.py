@@ -117,14 +117,14 @@ reasons:
   type: list
   elements: str
 candidates:
-  description: The candidates evaluated before the failure (when it got that far).
+  description: The candidates table (readable lines) evaluated before the failure, when it got that far.
   returned: failure
   type: list
-  elements: dict
+  elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.topolaunch.planner import PlanError, plan, render_report
+from ansible.module_utils.topolaunch.planner import PlanError, candidate_table, plan, render_report
 
 ARGUMENT_SPEC = {
     "topology": {"type": "dict"},
@@ -156,7 +156,7 @@ def main():
         result = plan(**p)
     except PlanError as exc:
         module.fail_json(msg="sglang_plan: %d problem(s): %s" % (len(exc.reasons), " | ".join(exc.reasons)),
-                         reasons=exc.reasons, candidates=exc.partial.get("candidates", []))
+                         reasons=exc.reasons, candidates=candidate_table(exc.partial.get("candidates", [])))
     module.exit_json(changed=False, plan=result, report=render_report(result, python))
 
 

@@ -106,8 +106,9 @@ def model_facts(config, total_size, name=None):
     cfg = dict(config)
     if isinstance(cfg.get("text_config"), dict):
         merged = dict(cfg["text_config"])
-        for key in ("architectures", "quantization_config", "torch_dtype"):
-            merged.setdefault(key, cfg.get(key))
+        for key in ("architectures", "quantization_config", "torch_dtype"):  # the outer model's class and format
+            if cfg.get(key) is not None:
+                merged[key] = cfg[key]
         cfg = merged
     if isinstance(total_size, bool) or not isinstance(total_size, int) or total_size <= 0:
         raise ModelError("model total_size must be a positive integer (bytes), got %r" % (total_size,))

@@ -116,8 +116,9 @@ def check_server_args(server_args, index):
         flag = index.by_name.get(key)
         name = key if flag is None else (index.flags[flag].get("field") or index.flags[flag]["dest"])
         if name in SECRETS or key in SECRETS:
-            reasons.append("%s is a secret and does not belong in the plan (which is printed and saved): the "
-                           "launch stage passes --%s from its no_log variable" % (where, name.replace("_", "-")))
+            reasons.append("%s is a secret and does not belong in the plan, which is printed and saved%s" % (
+                where, ": set topolaunch_api_key, which the launch stage passes through the unit's 0600 env file"
+                if name == "api_key" else ""))
             continue
         if name in MANAGED or key in MANAGED:
             reasons.append("%s is set by the planner: use %s" % (where, MANAGED.get(name) or MANAGED[key]))

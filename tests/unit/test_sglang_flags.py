@@ -177,3 +177,42 @@ def test_table_reproduces_argparse_behaviour():
         assert name in message
     message = _parse_error(parser, ["--model-path", "/m", "--moe-runner-backend", "no_such_runner"])
     assert message and "invalid choice" in message
+
+
+def test_everything_the_planner_writes_or_names_exists_in_each_table():
+    """Flags the planner writes itself, server-arg keys it manages, and every choice its rules name."""
+    from topolaunch import plan_args, planner
+
+    for version, flags in plan_args.FLAG_TABLES.items():
+        index = plan_args.FlagIndex(version)
+        for flag in plan_args.PLANNER_FLAGS:
+            assert flag in flags, (version, flag)
+        for key in plan_args.MANAGED:
+            assert key in index.by_name, (version, key)  # refusing a key that is not a flag would be pointless
+        for key in plan_args.SECRETS:
+            assert key in index.by_name, (version, key)
+        a2a = flags["--moe-a2a-backend"]["choices"]
+        assert set(planner.A2A_BACKENDS) <= set(a2a), version
+        runners = flags["--moe-runner-backend"]["choices"]
+        assert {"auto", "flashinfer_cutlass", "flashinfer_trtllm", "cutlass"} <= set(runners), version
+        quant = flags["--quantization"]["choices"]
+        assert {"fp8", "mxfp8", "modelopt_fp4", "modelopt_fp8", "compressed-tensors"} <= set(quant), version
+        assert set(planner.KV_DTYPE_BYTES) | {"auto"} == set(flags["--kv-cache-dtype"]["choices"]), version
+        assert {"STANDALONE", "NGRAM", "EAGLE"} <= set(flags["--speculative-algorithm"]["choices"]), version
+        for switch in ("--enable-mixed-chunk", "--enable-eplb", "--disable-overlap-schedule", "--trust-remote-code"):
+            assert flags[switch]["action"] == "store_true", (version, switch)
+        for name in ("mem_fraction_static", "max_running_requests", "chunked_prefill_size", "cuda_graph_max_bs",
+                     "max_prefill_tokens", "kv_cache_dtype", "moe_runner_backend", "moe_a2a_backend", "quantization",
+                     "speculative_algorithm", "enable_mixed_chunk", "enable_eplb", "nsa_prefill_backend",
+                     "nsa_decode_backend", "disable_overlap_schedule"):
+            assert name in index.by_name, (version, name)  # server-arg values the planner's rules read
+
+
+def test_planner_argv_uses_only_canonical_long_flags():
+    from topolaunch import plan_args
+
+    flags = plan_args.FLAG_TABLES["0.5.9"]
+    for flag in plan_args.PLANNER_FLAGS:
+        assert flag.startswith("--") and flags[flag]["aliases"] == [s for s in flags[flag]["option_strings"] if s != flag]
+    # an abbreviation SGLang's argparse would take is never a key: keys are full option strings
+    assert all(flag in flags[flag]["option_strings"] for flag in flags)

@@ -1,0 +1,67 @@
+"""library/sglang_plan.py main(): a plan from a model directory, check mode, every reason on failure."""
+import json
+
+import pytest
+
+import sglang_plan
+from ansible.module_utils.testing import patch_module_args
+from plan_cases import FIELD_ARGS, model_path, synth_facts
+
+
+def run_module(args, capsys, check_mode=False):
+    if check_mode:
+        args = dict(args, _ansible_check_mode=True)
+    with patch_module_args(args), pytest.raises(SystemExit) as exc:
+        sglang_plan.main()
+    return exc.value.code, json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture(scope="module")
+def vnuma(tmp_path_factory):
+    return synth_facts("proxmox-8x-rtx-pro-6000-vnuma", tmp_path_factory.mktemp("vnuma"))
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_module_plans_the_field_launch(vnuma, capsys, check_mode):
+    code, out = run_module({"topology": vnuma, "model_path": model_path("glm-5-nvfp4"), "layout": "tp4pp2",
+                            "server_args": FIELD_ARGS, "served_model_name": "glm-5-nvfp4"}, capsys, check_mode)
+    assert code == 0 and out["changed"] is False
+    plan = out["plan"]
+    assert plan["layout"]["name"] == "tp4pp2" and plan["cuda_visible_devices"] == "0,1,2,3,4,5,6,7"
+    assert plan["argv"][plan["argv"].index("--pp-size") + 1] == "2"
+    assert any(line.startswith("launch: CUDA_DEVICE_ORDER=PCI_BUS_ID") for line in out["report"])
+    assert "candidates:" in out["report"]
+
+
+def test_module_takes_a_layout_mapping_and_a_python(vnuma, capsys):
+    code, out = run_module({"topology": vnuma, "model_path": model_path("llama-3.1-70b"),
+                            "layout": {"tp": 2, "dp": 4}, "sglang_python": "/venv/bin/python"}, capsys)
+    assert code == 0 and out["plan"]["layout"]["name"] == "tp2dp4"
+    assert any("/venv/bin/python -m sglang.launch_server" in line for line in out["report"])
+
+
+def test_module_fails_with_every_reason(vnuma, capsys):
+    code, out = run_module({"topology": vnuma, "model_path": model_path("glm-5-nvfp4"), "layout": "tp3pp2",
+                            "server_args": {"attention_backend": "flashinf", "tp_size": 2}, "gpus": [0, 1, 2, 3, 4, 5]},
+                           capsys)
+    assert code == 1 and out["failed"] is True
+    text = "\n".join(out["reasons"])
+    assert "'flashinf' is not a choice of --attention-backend" in text
+    assert "server_args.tp_size is set by the planner" in text
+    assert "attention heads 64 are not divisible by tp 3" in text
+    assert out["msg"].startswith("sglang_plan: %d problem(s): " % len(out["reasons"]))
+    assert out["candidates"][0].split()[:2] == ["layout", "valid"]  # the table is there to show
+    assert any(line.split()[0] == "tp3pp2" and " no " in line for line in out["candidates"][1:])
+
+
+def test_module_needs_a_topology(capsys):
+    code, out = run_module({"model_path": model_path("glm-5-nvfp4")}, capsys)
+    assert code == 1 and "one of the following is required: topology, node_topologies" in out["msg"]
+
+
+def test_module_reads_a_model_given_directly(vnuma, capsys):
+    config = json.loads((open(model_path("llama-2-7b") + "/config.json")).read())
+    code, out = run_module({"topology": vnuma, "model_path": "/srv/models/llama",
+                            "model": {"config": config, "total_size": 13476839424}, "layout": "tp1dp8"}, capsys)
+    assert code == 0 and out["plan"]["model_name"] == "llama"
+    assert out["plan"]["argv"][:2] == ["--model-path", "/srv/models/llama"]
