@@ -1,0 +1,278 @@
+"""Server lifecycle on a lab host: relaunch between layouts, every simulator fault, rollback, foreign processes.
+
+One host (ssh 127.0.0.1:2229, server port 31090, repo server 18082, state in .lab/pytest-lifecycle/) is booted and
+provisioned once (deploy.yml --tags provision,topology) and reused by every case. Each case drives the real user
+command, `ansible-playbook deploy.yml --tags relaunch ...`; a fault is injected by taking a plan the planner made
+(current_plan.json after a normal relaunch), adding SGLANG_SIM_FAULT to its env and passing it as the extra var
+topolaunch_plan (extra vars win over the plan stage's fact). After each case: no GPU memory is held by anything but
+the running unit, and a process of another user on a GPU outside the plan is still alive.
+
+    .venv/bin/pytest -m lab tests/lab/test_lifecycle.py
+"""
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+LAB_PY = ROOT / "lab" / "lab.py"
+NAME = "pytest-lifecycle"
+SSH_PORT = 2229
+SERVER_PORT = 31090
+REPO_PORT = 18082
+SSH_KEY = ROOT / ".lab" / "ssh" / "id_ed25519"
+UNIT = "topolaunch-sglang.service"
+IDLE_MIB = 560                          # memory_reserved_mib of the vnuma spec: a GPU with no process
+SMALL_MODEL = "llama-2-7b"              # fits 4 GPUs, so that a plan can leave GPUs 4-7 to someone else
+
+LAB_MISSING = os.geteuid() != 0 or not shutil.which("systemd-nspawn") or not shutil.which("debootstrap")
+pytestmark = [pytest.mark.lab, pytest.mark.skipif(LAB_MISSING, reason="needs root, systemd-nspawn and debootstrap")]
+
+
+class Host:
+    def __init__(self, inventory):
+        self.inventory = inventory
+
+    def ssh(self, command, check=True):
+        proc = subprocess.run(
+            ["ssh", "-F", "/dev/null", "-i", str(SSH_KEY), "-p", str(SSH_PORT), "-o", "BatchMode=yes",
+             "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+             "root@127.0.0.1", command], capture_output=True, text=True, check=False, timeout=120)
+        if check:
+            assert proc.returncode == 0, "ssh %r: rc %s %s" % (command, proc.returncode, proc.stderr)
+        return proc.stdout
+
+    def play(self, *args):
+        """ansible-playbook deploy.yml against this host; returns (rc, output)."""
+        env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+        proc = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(self.inventory),
+                               "deploy.yml", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                              check=False, timeout=900)
+        return proc.returncode, proc.stdout + proc.stderr
+
+    def relaunch(self, *args):
+        rc, out = self.play("--tags", "relaunch", *args)
+        return rc, out
+
+    def plan(self, name="current_plan.json"):
+        return json.loads(self.ssh("cat /var/lib/topolaunch/" + name))
+
+    def fault_plan_file(self, plan, fault, tmp_path):
+        """An extra-vars file whose topolaunch_plan is `plan` with SGLANG_SIM_FAULT set."""
+        plan = json.loads(json.dumps(plan))
+        plan["env"]["SGLANG_SIM_FAULT"] = fault
+        path = tmp_path / ("plan-%s.json" % fault.replace(":", "-"))
+        path.write_text(json.dumps({"topolaunch_plan": plan}))
+        return "@%s" % path
+
+    def gpus(self):
+        """Per GPU: used MiB and holder pids, read through NVML with the tools python."""
+        code = ("import json, pynvml as n; n.nvmlInit(); out = []\n"
+                "for i in range(n.nvmlDeviceGetCount()):\n"
+                "    h = n.nvmlDeviceGetHandleByIndex(i)\n"
+                "    out.append({'used_mib': n.nvmlDeviceGetMemoryInfo(h).used >> 20,"
+                " 'pids': [p.pid for p in n.nvmlDeviceGetComputeRunningProcesses(h)]})\n"
+                "print(json.dumps(out))")
+        return json.loads(self.ssh("/opt/topolaunch/tools/bin/python -c %s" % shlex_quote(code)))
+
+    def in_unit(self, pid):
+        return ("/%s" % UNIT) in self.ssh("cat /proc/%d/cgroup 2>/dev/null || true" % pid)
+
+    def healthy(self, port):
+        return self.ssh("curl -s -o /dev/null -w '%%{http_code}' http://127.0.0.1:%d/health || true" % port) == "200"
+
+    def start_foreign(self, gpu, title="foreign-trainer"):
+        """A process of user nobody holding 10 GiB on `gpu` (registered with the fake NVML); returns its pid."""
+        pid = int(self.ssh("runuser -u nobody -- bash -c 'exec -a %s sleep 100000 >/dev/null 2>&1 & echo $!'" % title))
+        self.ssh("st=$(awk '{print $22}' /proc/%d/stat); d=${FAKE_NVML_STATE_DIR:-/run/fake-nvml}; "
+                 "echo \"%d $st\" > $d/.%d.tmp && mv $d/.%d.tmp $d/%d.%d" % (pid, 10 << 30, pid, pid, pid, gpu))
+        return pid
+
+    def alive(self, pid):
+        return self.ssh("test -d /proc/%d && awk '{print $3}' /proc/%d/stat || echo gone" % (pid, pid)).strip() not in ("gone", "Z")
+
+
+def shlex_quote(s):
+    return "'" + s.replace("'", "'\"'\"'") + "'"
+
+
+def assert_only_the_unit_holds_gpus(host, plan):
+    """Every NVML holder is in our unit; GPUs outside the plan are idle (or held by the foreign process only)."""
+    for index, gpu in enumerate(host.gpus()):
+        ours = [p for p in gpu["pids"] if host.in_unit(p)]
+        others = [p for p in gpu["pids"] if p not in ours]
+        if index in plan["gpu_indices"]:
+            assert ours and not others, "GPU %d: holders %s, ours %s" % (index, gpu["pids"], ours)
+        else:
+            assert not ours, "GPU %d is not in the plan but our unit holds it: %s" % (index, ours)
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    inv = tmp_path_factory.mktemp("inventories") / NAME
+    (inv / "group_vars" / "all").mkdir(parents=True)
+    for f in (ROOT / "inventory" / "lab" / "group_vars" / "all").glob("*.yml"):
+        shutil.copy(f, inv / "group_vars" / "all" / f.name)
+    (inv / "group_vars" / "all" / "zz-pytest-lifecycle.yml").write_text(yaml.safe_dump({
+        "lab_repo_port": REPO_PORT, "lab_repo_url": "http://127.0.0.1:%d" % REPO_PORT,
+        "ansible_ssh_private_key_file": str(SSH_KEY), "topolaunch_port": SERVER_PORT,
+        "topolaunch_artifacts_dir": str(inv / "artifacts"), "topolaunch_results_dir": str(inv / "results"),
+        "launch_plan_file": str(inv / "artifacts" / "{{ inventory_hostname }}" / "plan.json"),
+        "launch_extra_env": {"SGLANG_SIM_LOAD_SECONDS": "1"}, "health_startup_timeout": 60,
+        "health_chunk_seconds": 5}))
+    (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_hosts": {"children": {"sglang_servers": {
+        "hosts": {"lc": {"ansible_port": SSH_PORT, "lab_gpu_spec": "proxmox-8x-rtx-pro-6000-vnuma"}}}}}}}}))
+    up = subprocess.run([sys.executable, str(LAB_PY), "-i", str(inv), "up"], capture_output=True, text=True,
+                        check=False, timeout=900)
+    assert up.returncode == 0, up.stdout + up.stderr
+    h = Host(inv)
+    try:
+        rc, out = h.play("--tags", "provision,topology")
+        assert rc == 0, out[-4000:]
+        model = ROOT / "tests" / "fixtures" / "models" / SMALL_MODEL
+        tar = subprocess.run(["tar", "-C", str(model), "-cf", "-", "."], capture_output=True, check=True).stdout
+        subprocess.run(["ssh", "-F", "/dev/null", "-i", str(SSH_KEY), "-p", str(SSH_PORT), "-o", "BatchMode=yes",
+                        "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+                        "root@127.0.0.1", "mkdir -p /srv/models/%s && tar -C /srv/models/%s -xf -" % (SMALL_MODEL, SMALL_MODEL)],
+                       input=tar, check=True, timeout=60)
+        yield h
+    finally:
+        subprocess.run([sys.executable, str(LAB_PY), "-i", str(inv), "down", "--purge"], capture_output=True,
+                       text=True, check=False, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def good_tp8(host):
+    """tp8 healthy and recorded as last known good; returns its plan."""
+    rc, out = host.relaunch("-e", "layout=tp8")
+    assert rc == 0, out[-4000:]
+    return host.plan("last_good_plan.json")
+
+
+@pytest.fixture(scope="module")
+def tp4pp2(host, good_tp8):
+    """The planner's tp4pp2 plan (launched once), then tp8 back in place."""
+    rc, out = host.relaunch("-e", "layout=tp4pp2")
+    assert rc == 0, out[-4000:]
+    plan = host.plan()
+    rc, out = host.relaunch("-e", "layout=tp8")
+    assert rc == 0, out[-4000:]
+    return plan
+
+
+def test_switching_tp8_and_tp4pp2_repeatedly(host, good_tp8):
+    for layout in ("tp4pp2", "tp8", "tp4pp2", "tp8"):
+        rc, out = host.relaunch("-e", "layout=%s" % layout)
+        assert rc == 0, out[-4000:]
+        plan = host.plan()
+        assert plan["layout"]["name"] == layout
+        assert host.healthy(plan["port"])
+        assert "serves" in out and "(%s on GPUs" % layout in out
+        assert_only_the_unit_holds_gpus(host, plan)
+
+
+def test_same_plan_without_tags_is_left_running(host, good_tp8):
+    before = host.ssh("systemctl show -p InvocationID --value %s" % UNIT)
+    rc, out = host.play("--tags", "plan,cleanup,launch,health", "-e", "layout=tp8", "-e", "launch_force=false")
+    assert rc == 0, out[-4000:]
+    assert "Leaving the server running: the same plan already runs" in out
+    assert host.ssh("systemctl show -p InvocationID --value %s" % UNIT) == before
+
+
+@pytest.mark.parametrize("fault, expected", [
+    ("crash_during_load", ["died while starting", "simulated fault SGLANG_SIM_FAULT=crash_during_load"]),
+    ("hang_during_load", ["is not ready", "after its start (timeout 15"]),
+])
+def test_fault_during_load_rolls_back_to_the_last_good_layout(host, good_tp8, tp4pp2, tmp_path, fault, expected):
+    rc, out = host.relaunch("-e", host.fault_plan_file(tp4pp2, fault, tmp_path), "-e", "health_startup_timeout=15")
+    assert rc != 0
+    assert "Layout tp4pp2 failed its health check" in out
+    for words in expected:
+        assert words in out, out[-4000:]
+    assert "Rolled back to the last known good layout tp8" in out and "healthy and serving" in out
+    plan = host.plan()
+    assert plan["layout"]["name"] == "tp8" and host.healthy(plan["port"])
+    assert_only_the_unit_holds_gpus(host, plan)
+
+
+def test_rollback_can_be_turned_off(host, good_tp8, tp4pp2, tmp_path):
+    rc, out = host.relaunch("-e", host.fault_plan_file(tp4pp2, "crash_during_load", tmp_path),
+                            "-e", "health_rollback=false")
+    assert rc != 0 and "No rollback: rollback is off (health_rollback=false)" in out
+    rc, out = host.relaunch("-e", "layout=tp8")
+    assert rc == 0, out[-4000:]
+
+
+def test_server_ignoring_sigterm_is_killed_by_systemd(host, good_tp8, tp4pp2, tmp_path):
+    rc, out = host.relaunch("-e", host.fault_plan_file(tp4pp2, "ignore_sigterm", tmp_path))
+    assert rc == 0, out[-4000:]
+    rc, out = host.relaunch("-e", "layout=tp8")
+    assert rc == 0, out[-4000:]
+    assert "did not stop on SIGTERM within its TimeoutStopSec: systemd SIGKILLed its processes" in out
+    assert_only_the_unit_holds_gpus(host, host.plan())
+
+
+def test_orphan_schedulers_of_a_hand_started_server_are_found_and_stopped(host, good_tp8, tp4pp2):
+    """A server started by hand as the service user (outside the unit) whose launcher died: its schedulers stay
+    on the GPUs (sgl-project/sglang#23627); the next relaunch finds them through NVML and stops them."""
+    rc, out = host.play("--tags", "cleanup", "-e", "layout=tp8")
+    assert rc == 0, out[-4000:]
+    env = " ".join("%s=%s" % kv for kv in tp4pp2["env"].items())
+    argv = " ".join(shlex_quote(a) for a in tp4pp2["argv"])
+    launcher = int(host.ssh(
+        "cd /tmp && runuser -u sglang -- env %s SGLANG_SIM_LOAD_SECONDS=0 SGLANG_SIM_FAULT=orphan_schedulers "
+        "setsid /opt/sglang/venvs/%s/bin/python -m sglang.launch_server %s >/tmp/by-hand.log 2>&1 & echo $!"
+        % (env, tp4pp2["sglang_version"], argv)))
+    host.ssh("timeout 60 bash -c 'until curl -sf http://127.0.0.1:%d/health; do sleep 0.5; done'" % tp4pp2["port"])
+    host.ssh("kill -9 %d" % launcher)
+    held = [p for g in host.gpus() for p in g["pids"]]
+    assert held and not any(host.in_unit(p) for p in held), "orphans should hold the GPUs outside the unit"
+    rc, out = host.relaunch("-e", "layout=tp8")
+    assert rc == 0, out[-4000:]
+    assert "sglang::scheduler_PP" in out and "by SIGTERM" in out
+    assert not any(host.alive(p) for p in held)
+    assert_only_the_unit_holds_gpus(host, host.plan())
+
+
+def test_server_dying_after_requests_is_restarted_by_systemd(host, good_tp8, tp4pp2, tmp_path):
+    rc, out = host.relaunch("-e", host.fault_plan_file(tp4pp2, "die_after_requests:3", tmp_path))
+    assert rc == 0, out[-4000:]
+    port = tp4pp2["port"]
+    host.ssh("for i in 1 2 3 4 5; do curl -s -m 5 -o /dev/null http://127.0.0.1:%d/generate "
+             "-d '{\"text\": \"hi\", \"sampling_params\": {\"max_new_tokens\": 2}}' || true; done" % port)
+    host.ssh("timeout 60 bash -c 'until [ \"$(systemctl show -p NRestarts --value %s)\" -ge 1 ]; do sleep 0.5; done'" % UNIT)
+    rc, out = host.play("--tags", "health")
+    assert rc == 0, out[-4000:]
+    assert_only_the_unit_holds_gpus(host, host.plan())
+    rc, out = host.relaunch("-e", "layout=tp8")
+    assert rc == 0, out[-4000:]
+
+
+def test_foreign_process_on_another_gpu_survives_and_one_on_ours_stops_the_play(host, good_tp8):
+    small = ["-e", "topolaunch_model_path=/srv/models/%s" % SMALL_MODEL, "-e", "topolaunch_served_model_name=%s" % SMALL_MODEL,
+             "-e", '{"topolaunch_gpus": [0, 1, 2, 3]}', "-e", "layout=tp4"]
+    rc, out = host.relaunch(*small)
+    assert rc == 0, out[-4000:]
+    foreign = host.start_foreign(6)
+    try:
+        for layout in ("tp2pp2", "tp4"):
+            rc, out = host.relaunch(*small[:-1], "layout=%s" % layout)
+            assert rc == 0, out[-4000:]
+            assert host.alive(foreign)
+            assert foreign in host.gpus()[6]["pids"]
+        intruder = host.start_foreign(2, title="foreign-on-our-gpu")
+        rc, out = host.relaunch(*small)
+        assert rc != 0
+        assert "pid %d user nobody cmdline 'foreign-on-our-gpu 100000' on GPU 2" % intruder in out
+        assert host.alive(intruder) and host.alive(foreign)
+        assert host.ssh("systemctl is-active %s || true" % UNIT).strip() == "active"   # nothing was stopped
+        host.ssh("kill %d" % intruder)
+    finally:
+        host.ssh("kill %d || true" % foreign)
+    rc, out = host.relaunch("-e", "layout=tp8")
+    assert rc == 0, out[-4000:]
