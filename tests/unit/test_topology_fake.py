@@ -1,5 +1,6 @@
 """The topology reader through the lab's fake libnvidia-ml.so.1 and the real, unpatched nvidia-ml-py."""
 import json
+import time
 
 import pynvml
 import pytest
@@ -75,17 +76,16 @@ def test_sysfs_root_is_used_when_nvml_has_no_numa(fake_nvml, tmp_path):
     assert facts["islands"]["numa"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
 
 
-def test_driver_not_loaded_through_fake(fake_nvml, tmp_path):
+def test_driver_not_loaded_through_fake(fake_nvml, tmp_path, monkeypatch):
     """The fake answers DRIVER_NOT_LOADED when its spec file is missing, as a host without the kernel module."""
     fake_nvml.use("proxmox-8x-rtx-pro-6000-vnuma", init=False)
-    fake_nvml._monkeypatch.setenv("FAKE_NVML_SPEC", str(tmp_path / "missing.json"))  # pylint: disable=protected-access
+    monkeypatch.setenv("FAKE_NVML_SPEC", str(tmp_path / "missing.json"))
     with pytest.raises(topology.TopologyError, match="kernel driver not loaded.*modprobe nvidia"):
         topology.read_topology(pynvml, str(tmp_path))
 
 
 def test_full_query_is_fast(fake_nvml, tmp_path):
     """Not a benchmark (bench/topology_speed.py is): a guard that the query stays far from the 0.5 s budget."""
-    import time  # pylint: disable=import-outside-toplevel
     spec = fake_nvml.use("hgx-8x-h100-nvswitch", init=False)
     sysfs = make_sysfs(tmp_path, spec)
     start = time.perf_counter()
