@@ -249,6 +249,7 @@ def _gb(value):
 
 
 def _fingerprint(nodes):
+    """Several nodes: 12 hex digits of sha256 over the nodes' fingerprints in rank order (cluster_fingerprint)."""
     if len(nodes) == 1:
         return nodes[0].fingerprint
     joined = "+".join(n.fingerprint for n in nodes)
@@ -499,7 +500,7 @@ def _placement_facts(ctx, placements, tp, pp, dp, nodes_per_pp):
 # ----------------------------------------------------------------------------------------------------- measured
 
 
-def _measured_by_layout(measured, model_names, fingerprint, reasons):
+def _measured_by_layout(measured, model_names, fingerprints, reasons):
     """{layout name: {output_throughput, max_concurrency, simulated}} for this model and fingerprint."""
     best = {}
     if not measured:
@@ -511,7 +512,7 @@ def _measured_by_layout(measured, model_names, fingerprint, reasons):
         if not isinstance(rec, dict):
             reasons.append("measured[%d] must be a mapping, got %r" % (k, rec))
             continue
-        if rec.get("model") not in model_names or rec.get("topology_fingerprint") != fingerprint:
+        if rec.get("model") not in model_names or rec.get("topology_fingerprint") not in fingerprints:
             continue
         try:
             layout = parse_layout(rec.get("layout"))
@@ -664,7 +665,9 @@ def plan(topology=None, model=None, model_path=None, layout="auto", sglang_versi
     candidates = [evaluate(ctx, c) for c in layouts]
     fingerprint = _fingerprint(nodes)
     model_names = {facts["name"], served, os.path.basename(str(model_path).rstrip("/")) if model_path else None} - {None}
-    measured_best = _measured_by_layout(measured, model_names, fingerprint, reasons)
+    # measured records of a multi-node run are stored under a node's fingerprint or the cluster's
+    measured_best = _measured_by_layout(measured, model_names, {fingerprint} | {n.fingerprint for n in nodes},
+                                        reasons)
     candidates = rank(candidates, measured_best)
 
     if wanted == "auto":
@@ -811,7 +814,7 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
         "candidates": [_public(c) for c in candidates],
         "reason": _reason(chosen, candidates, wanted, measured_best, fingerprint, model["name"]),
         "warnings": warnings,
-        "topology_fingerprint": fingerprint,
+        "topology_fingerprint": ctx.nodes[node_rank].fingerprint,
         "model_name": model["name"],
         "requested_layout": "auto" if wanted == "auto" else layout_name(wanted["tp"], wanted["pp"], wanted["dp"],
                                                                           wanted["ep"]),
@@ -822,6 +825,7 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
     }
     if nnodes > 1:
         result["per_node"] = per_node
+        result["cluster_fingerprint"] = fingerprint
     return result
 
 
@@ -843,6 +847,13 @@ def _placement_warnings(ctx, chosen, placement):
             if procs:
                 warnings.append("GPU %d%s holds processes %s: the cleanup stage must stop them before the launch"
                                 % (i, where, ", ".join(str(p.get("pid")) for p in procs)))
+    for rank, node in enumerate(ctx.nodes):
+        by_bus = sorted(node.gpus, key=lambda i: str(node.gpus[i].get("pci_bus_id", "")).lower())
+        if by_bus != sorted(node.gpus):
+            warnings.append("NVML index order %s differs from PCI bus order%s: with CUDA_DEVICE_ORDER=PCI_BUS_ID, "
+                            "CUDA device numbers follow the bus order, so CUDA_VISIBLE_DEVICES would name other GPUs "
+                            "than planned; check nvidia-smi -q | grep 'Bus Id'" % (
+                                by_bus, "" if ctx.nnodes == 1 else " on node %d" % rank))
     names = ctx.gpu_names
     if len(names) > 1:
         warnings.append("mixed GPU models %s: the smallest memory and the first model's speed are used" % names)

@@ -161,6 +161,8 @@ def test_multi_node_argv_per_node(tmp_path):
         assert node["cuda_visible_devices"] == "0,1,2,3,4,5,6,7"
         build_parser(FLAGS).parse_args(node["argv"])
     assert plan["argv"] == plan["per_node"][1]["argv"]  # this host is node 1
+    assert plan["topology_fingerprint"] == nodes[1]["fingerprint"]  # what the launch stage checks on this host
+    assert plan["cluster_fingerprint"] not in (nodes[0]["fingerprint"], None)
     stages = plan["pp_layer_partition"]
     assert [s["node_ranks"] for s in stages] == [[0], [1]]
     assert stages[0]["gpus"] == [] and stages[1]["gpus"] == list(range(8))

@@ -297,3 +297,13 @@ def test_processes_on_planned_gpus_are_warned(tmp_path):
     facts["gpus"][2]["processes"] = [{"pid": 4242, "used_memory_bytes": 5 << 30}]
     plan = planner.plan(topology=facts, model_path=model_path("glm-5-nvfp4"), layout="tp8")
     assert any("GPU 2 holds processes 4242" in w for w in plan["warnings"])
+
+
+def test_nvml_order_that_is_not_bus_order_is_warned(tmp_path):
+    facts = synth_facts(VNUMA, tmp_path)
+    plan = planner.plan(topology=facts, model_path=model_path("glm-5-nvfp4"), layout="tp8")
+    assert not any("PCI bus order" in w for w in plan["warnings"])
+    facts["gpus"][0]["pci_bus_id"], facts["gpus"][1]["pci_bus_id"] = facts["gpus"][1]["pci_bus_id"], \
+        facts["gpus"][0]["pci_bus_id"]
+    plan = planner.plan(topology=facts, model_path=model_path("glm-5-nvfp4"), layout="tp8")
+    assert any("NVML index order [1, 0, 2, 3, 4, 5, 6, 7] differs from PCI bus order" in w for w in plan["warnings"])
