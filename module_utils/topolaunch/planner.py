@@ -362,7 +362,8 @@ def _global_rules(model, values):
 
 def _model_warnings(model, values):
     warnings = []
-    if not model["moe"] and (values.get("moe_runner_backend") or values.get("moe_a2a_backend")):
+    if not model["moe"] and (values.get("moe_runner_backend", "auto") != "auto"
+                             or values.get("moe_a2a_backend", "none") != "none"):
         warnings.append("moe_runner_backend / moe_a2a_backend are set but the model has no experts")
     if not model["nsa"] and (values.get("nsa_prefill_backend") or values.get("nsa_decode_backend")):
         warnings.append("nsa_prefill_backend / nsa_decode_backend only apply to DSA (NSA) models such as GLM-5 "
@@ -382,8 +383,7 @@ class _Context:
         self.values = values
         self.nnodes = nnodes
         self.partition = partition
-        first = nodes[0]
-        names = {first.gpus[i]["name"] for n in nodes for i in n.indices} or {"unknown"}
+        names = {n.gpus[i]["name"] for n in nodes for i in n.indices} or {"unknown"}
         self.perf = gpu_perf(sorted(names)[0])
         self.gpu_names = sorted(names)
         self.batch = values.get("max_running_requests") or DEFAULT_BATCH
@@ -397,8 +397,15 @@ def evaluate(ctx, c):
     out = {"name": layout_name(tp, pp, dp, ep), "tp": tp, "pp": pp, "dp": dp, "ep": ep, "valid": False,
            "reasons": [], "warnings": [], "score": None, "source": None, "estimate": None}
     reasons = out["reasons"]
-    partition = ctx.partition if ctx.partition is not None else default_partition(model["num_layers"], min(pp, model["num_layers"]))
+    partition = default_partition(model["num_layers"], min(pp, model["num_layers"]))
+    if ctx.partition is not None and len(ctx.partition) == pp and all(p >= 1 for p in ctx.partition) \
+            and sum(ctx.partition) == model["num_layers"]:
+        partition = ctx.partition
     reasons.extend(_model_rules(model, c, ctx.values, ctx.partition))
+    if pp > 1 and ep > 1 and ctx.values.get("moe_a2a_backend") == "flashinfer":
+        # sglang/srt/layers/moe/token_dispatcher/flashinfer.py builds its Mapping with pp_size=1
+        out["warnings"].append("pp > 1 with ep > 1 through the flashinfer all-to-all: its dispatcher is built with "
+                               "pp_size=1 (token_dispatcher/flashinfer.py); measure before relying on it")
     # GPUs and nodes
     node_reasons = []
     if nnodes > 1:
@@ -432,7 +439,7 @@ def evaluate(ctx, c):
     used = [(node, g) for node, groups in zip(ctx.nodes, placements) for grp in (groups or []) for g in grp]
     if used:
         gpu_bytes = min(node.memory_total(g) for node, g in used)
-        cc = ctx.nodes[0].gpus[used[0][1]].get("compute_capability")
+        cc = used[0][0].gpus[used[0][1]].get("compute_capability")
     else:
         gpu_bytes = min(node.memory_total(g) for node in ctx.nodes for g in node.indices) if ctx.nodes[0].indices else 0
         cc = None

@@ -307,3 +307,11 @@ def test_nvml_order_that_is_not_bus_order_is_warned(tmp_path):
         facts["gpus"][0]["pci_bus_id"]
     plan = planner.plan(topology=facts, model_path=model_path("glm-5-nvfp4"), layout="tp8")
     assert any("NVML index order [1, 0, 2, 3, 4, 5, 6, 7] differs from PCI bus order" in w for w in plan["warnings"])
+
+
+def test_flashinfer_all_to_all_with_pp_is_warned(vnuma):
+    args = {"moe_a2a_backend": "flashinfer", "moe_runner_backend": "flashinfer_cutlass"}
+    plan = planner.plan(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp4pp2ep4", server_args=args)
+    assert any("pp_size=1 (token_dispatcher/flashinfer.py)" in w for w in plan["warnings"])
+    plan = planner.plan(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8ep8", server_args=args)
+    assert not any("pp_size=1" in w for w in plan["warnings"])
