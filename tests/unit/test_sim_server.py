@@ -207,15 +207,11 @@ class Lab:
         return out
 
     def foreign_holder(self, gpu, nbytes):
-        """Another user's process holding memory on a GPU (started here, registered through fakegpu)."""
+        """Another user's process holding memory on a GPU (registered with the wheel's fakegpu command)."""
         proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
         self.helpers.append(proc)
-        sys.path.insert(0, str(self.site))
-        try:
-            from sglang._sim import fakegpu
-        finally:
-            sys.path.remove(str(self.site))
-        fakegpu.register(gpu, nbytes, pid=proc.pid, state_dir=str(self.state))
+        res = self.run("sglang._sim.fakegpu", "register", str(gpu), str(nbytes), "--pid", str(proc.pid))
+        assert res.returncode == 0, res.stderr
         return proc
 
     def cleanup(self):

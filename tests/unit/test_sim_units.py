@@ -170,6 +170,15 @@ def test_links_matter_cross_socket_tp4_is_slower_than_same_socket():
     assert no_p2p.decode_step(64, 64 * 1024) > same.decode_step(64, 64 * 1024)
 
 
+def test_a_degraded_pcie_link_slows_the_groups_it_is_in():
+    healthy = layout_model("glm-5-nvfp4", "proxmox-8x-rtx-pro-6000-vnuma.json", 4, 1, [4, 5, 6, 7])
+    degraded = layout_model("glm-5-nvfp4", "proxmox-8x-rtx-pro-6000-degraded.json", 4, 1, [4, 5, 6, 7])
+    spared = layout_model("glm-5-nvfp4", "proxmox-8x-rtx-pro-6000-degraded.json", 4, 1, [0, 1, 2, 3])
+    assert "NODE/degraded" in degraded.stage_links[0][2]  # GPU 5 trained at Gen4 x8
+    assert degraded.decode_step(64, 64 * 1024) > healthy.decode_step(64, 64 * 1024)
+    assert spared.decode_step(64, 64 * 1024) == pytest.approx(healthy.decode_step(64, 64 * 1024))
+
+
 def test_bigger_batch_more_throughput_but_slower_steps():
     tp8 = layout_model("glm-5-nvfp4", "proxmox-8x-rtx-pro-6000-vnuma.json", 8, 1)
     steps = [tp8.decode_step(b, b * 1024) for b in (1, 16, 128)]

@@ -330,45 +330,49 @@ def calculate_metrics(rows, outputs, dur_s):
     return m, output_lens
 
 
+SUMMARY = [  # (section title or None, label, metrics key or callable, float format?) as SGLang prints them
+    (None, "Successful requests:", "completed", False),
+    (None, "Benchmark duration (s):", "duration", True),
+    (None, "Total input tokens:", "total_input", False),
+    (None, "Total input text tokens:", "total_input", False),
+    (None, "Total generated tokens:", "total_output", False),
+    (None, "Total generated tokens (retokenized):", "total_output", False),
+    (None, "Request throughput (req/s):", "request_throughput", True),
+    (None, "Input token throughput (tok/s):", "input_throughput", True),
+    (None, "Output token throughput (tok/s):", "output_throughput", True),
+    (None, "Peak output token throughput (tok/s):", "max_output_tokens_per_s", True),
+    (None, "Peak concurrent requests:", "max_concurrent_requests", False),
+    (None, "Total token throughput (tok/s):", "total_throughput", True),
+    (None, "Concurrency:", "concurrency", True),
+    ("End-to-End Latency", "Mean E2E Latency (ms):", "mean_e2e_latency_ms", True),
+    (None, "Median E2E Latency (ms):", "median_e2e_latency_ms", True),
+    (None, "P90 E2E Latency (ms):", "p90_e2e_latency_ms", True),
+    (None, "P99 E2E Latency (ms):", "p99_e2e_latency_ms", True),
+    ("Time to First Token", "Mean TTFT (ms):", "mean_ttft_ms", True),
+    (None, "Median TTFT (ms):", "median_ttft_ms", True),
+    (None, "P99 TTFT (ms):", "p99_ttft_ms", True),
+    ("Time per Output Token (excl. 1st token)", "Mean TPOT (ms):", "mean_tpot_ms", True),
+    (None, "Median TPOT (ms):", "median_tpot_ms", True),
+    (None, "P99 TPOT (ms):", "p99_tpot_ms", True),
+    ("Inter-Token Latency", "Mean ITL (ms):", "mean_itl_ms", True),
+    (None, "Median ITL (ms):", "median_itl_ms", True),
+    (None, "P95 ITL (ms):", "p95_itl_ms", True),
+    (None, "P99 ITL (ms):", "p99_itl_ms", True),
+    (None, "Max ITL (ms):", "max_itl_ms", True),
+]
+
+
 def print_summary(args, m, duration):
-    row = "{:<40} {:<10}"
-    row2 = "{:<40} {:<10.2f}"
+    """SGLang's result table: 40-wide labels, 10-wide values, dashed section titles."""
+    values = dict(m, duration=duration)
     print("\n{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="="))
-    print(row.format("Backend:", args.backend))
-    print(row.format("Traffic request rate:", args.request_rate))
-    print(row.format("Max request concurrency:", args.max_concurrency if args.max_concurrency else "not set"))
-    print(row.format("Successful requests:", m["completed"]))
-    print(row2.format("Benchmark duration (s):", duration))
-    print(row.format("Total input tokens:", m["total_input"]))
-    print(row.format("Total input text tokens:", m["total_input"]))
-    print(row.format("Total generated tokens:", m["total_output"]))
-    print(row.format("Total generated tokens (retokenized):", m["total_output"]))
-    print(row2.format("Request throughput (req/s):", m["request_throughput"]))
-    print(row2.format("Input token throughput (tok/s):", m["input_throughput"]))
-    print(row2.format("Output token throughput (tok/s):", m["output_throughput"]))
-    print(row2.format("Peak output token throughput (tok/s):", m["max_output_tokens_per_s"]))
-    print(row.format("Peak concurrent requests:", m["max_concurrent_requests"]))
-    print(row2.format("Total token throughput (tok/s):", m["total_throughput"]))
-    print(row2.format("Concurrency:", m["concurrency"]))
-    print("{s:{c}^{n}}".format(s="End-to-End Latency", n=50, c="-"))
-    print(row2.format("Mean E2E Latency (ms):", m["mean_e2e_latency_ms"]))
-    print(row2.format("Median E2E Latency (ms):", m["median_e2e_latency_ms"]))
-    print(row2.format("P90 E2E Latency (ms):", m["p90_e2e_latency_ms"]))
-    print(row2.format("P99 E2E Latency (ms):", m["p99_e2e_latency_ms"]))
-    print("{s:{c}^{n}}".format(s="Time to First Token", n=50, c="-"))
-    print(row2.format("Mean TTFT (ms):", m["mean_ttft_ms"]))
-    print(row2.format("Median TTFT (ms):", m["median_ttft_ms"]))
-    print(row2.format("P99 TTFT (ms):", m["p99_ttft_ms"]))
-    print("{s:{c}^{n}}".format(s="Time per Output Token (excl. 1st token)", n=50, c="-"))
-    print(row2.format("Mean TPOT (ms):", m["mean_tpot_ms"]))
-    print(row2.format("Median TPOT (ms):", m["median_tpot_ms"]))
-    print(row2.format("P99 TPOT (ms):", m["p99_tpot_ms"]))
-    print("{s:{c}^{n}}".format(s="Inter-Token Latency", n=50, c="-"))
-    print(row2.format("Mean ITL (ms):", m["mean_itl_ms"]))
-    print(row2.format("Median ITL (ms):", m["median_itl_ms"]))
-    print(row2.format("P95 ITL (ms):", m["p95_itl_ms"]))
-    print(row2.format("P99 ITL (ms):", m["p99_itl_ms"]))
-    print(row2.format("Max ITL (ms):", m["max_itl_ms"]))
+    print("{:<40} {:<10}".format("Backend:", args.backend))
+    print("{:<40} {:<10}".format("Traffic request rate:", args.request_rate))
+    print("{:<40} {:<10}".format("Max request concurrency:", args.max_concurrency or "not set"))
+    for section, label, key, is_float in SUMMARY:
+        if section:
+            print("{s:{c}^{n}}".format(s=section, n=50, c="-"))
+        print(("{:<40} {:<10.2f}" if is_float else "{:<40} {:<10}").format(label, values[key]))
     print("=" * 50)
 
 

@@ -129,7 +129,8 @@ class ServerArgs:
         return dict(self._fields)
 
     def __repr__(self):
-        return "ServerArgs(%s)" % ", ".join("%s=%r" % kv for kv in self._fields.items() if kv[0] != "api_key")
+        # as SGLang's dataclass repr: every field, api_key included (SGLang logs it: see README, "Secrets")
+        return "ServerArgs(%s)" % ", ".join("%s=%r" % kv for kv in self._fields.items())
 
     def post_init(self, gpu_memory_mib):
         """The part of ServerArgs.__post_init__ that the lab can meet (defaults that depend on the GPU)."""

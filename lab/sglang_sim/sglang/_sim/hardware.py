@@ -17,6 +17,8 @@ GPU_MODELS = [
     ("L40S", 0.86e12, 0.73e15),
 ]
 GPU_DEFAULT = (1.0e12, 0.3e15)
+# PCIe bytes/s per lane by generation (after encoding); a link carries ~80% of it as payload
+PCIE_LANE = {1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.563e9}
 
 
 class HardwareError(Exception):
@@ -32,6 +34,10 @@ class Gpu:
         self.memory_total = int(entry.get("memory_total_mib", 0)) * MIB
         self.memory_reserved = int(entry.get("memory_reserved_mib", 0)) * MIB
         self.nvlinks = int(entry.get("nvlinks", 0))
+        pcie = entry.get("pcie") or {}
+        gen, width = pcie.get("cur_gen"), pcie.get("cur_width")
+        # payload bandwidth of the GPU's own PCIe link as trained now (a degraded link caps every transfer)
+        self.pcie_bw = PCIE_LANE.get(gen, 0) * width * 0.8 if (gen and width) else float("inf")
         for pattern, bw, flops in GPU_MODELS:
             if pattern.lower() in self.name.lower():
                 self.mem_bw, self.flops = bw, flops

@@ -8,7 +8,8 @@ One decode step of a batch of m tokens through one pipeline stage of l layers on
                 + KV cache read for the tokens in the batch's contexts
     flops       2 * m * active params of the layer / t  (+ attention over the contexts)
     allreduce   AR_BASE + 2(t-1) * alpha + 2(t-1)/t * size / bw, alpha and bw of the worst pair in the
-                group by its link: NVLink, PCIe level (PIX PXB PHB NODE SYS) or no P2P (through host memory)
+                group by its link: NVLink, PCIe level (PIX PXB PHB NODE SYS) or no P2P (through host memory),
+                capped by the PCIe link of either GPU as trained now (cur_gen x cur_width, 80% payload)
 
 Experts touched by m tokens: E * (1 - (1 - k/E)^m), so a small batch reads few experts, a big one all.
 
@@ -86,9 +87,13 @@ class PerfModel:
         level = self.spec.level(a, b)
         if level == "NV":
             return LINKS["NV"], level
+        alpha, bw = NO_P2P if not self.spec.p2p_ok(a, b) else LINKS.get(level, LINKS["SYS"])
         if not self.spec.p2p_ok(a, b):
-            return NO_P2P, level + "/no-p2p"
-        return LINKS.get(level, LINKS["SYS"]), level
+            level += "/no-p2p"
+        cap = min(self.spec.gpus[a].pcie_bw, self.spec.gpus[b].pcie_bw)
+        if cap < bw:  # a GPU whose PCIe link trained below its maximum (gen or width)
+            return (alpha, cap), level + "/degraded"
+        return (alpha, bw), level
 
     def _group_link(self, group):
         worst_alpha, worst_bw, levels = 0.0, float("inf"), set()
