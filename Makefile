@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup lock fakenvml repo lab-up lab-down lab-status demo test lint unit molecule lab-tests bench clean
+.PHONY: setup lock sglang-wheel fakenvml repo lab-up lab-down lab-status demo test lint unit molecule lab-tests bench clean
 
 setup: $(VENV)/.installed ## controller venv with the pinned requirements
 
@@ -22,6 +22,9 @@ lock: ## regenerate requirements.txt from requirements.in
 	rm -rf build/lockvenv && $(PYTHON) -m venv build/lockvenv
 	build/lockvenv/bin/pip install -q -r requirements.in
 	{ echo '# Full pinned controller environment (Python 3.11 and 3.12). Regenerate with `make lock` after editing requirements.in.'; build/lockvenv/bin/pip freeze; } > requirements.txt
+
+sglang-wheel: setup ## the pinned SGLang wheel: its flags are read with ast (never imported)
+	$(BIN)/pip download -q --no-deps --only-binary=:all: sglang==0.5.9 -d build/wheels
 
 fakenvml: ## build the fake libnvidia-ml.so.1 and the nvidia-smi stand-in
 	$(MAKE) -C lab/fakenvml OUT=$(CURDIR)/build/fakenvml
@@ -47,11 +50,14 @@ lint: setup
 	$(BIN)/yamllint --strict .
 	$(BIN)/ansible-lint --profile production
 
-unit: setup fakenvml
+unit: setup fakenvml sglang-wheel
 	$(BIN)/pytest -q tests/unit
 
 molecule: setup repo
 	cd tests && $(CURDIR)/$(BIN)/molecule test --all
+
+lab-tests: setup repo ## pytest over lab hosts: lab.py itself, lifecycle faults, sweep
+	$(BIN)/pytest -q tests/lab
 
 bench: setup fakenvml
 	@for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f; done
