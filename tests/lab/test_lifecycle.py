@@ -121,8 +121,9 @@ def host(tmp_path_factory):
     (inv / "group_vars" / "all" / "zz-pytest-lifecycle.yml").write_text(yaml.safe_dump({
         "lab_repo_port": REPO_PORT, "lab_repo_url": "http://127.0.0.1:%d" % REPO_PORT,
         "ansible_ssh_private_key_file": str(SSH_KEY), "topolaunch_port": SERVER_PORT,
-        "topolaunch_artifacts_dir": str(inv / "artifacts"), "topolaunch_results_dir": str(inv / "results"),
-        "launch_plan_file": str(inv / "artifacts" / "{{ inventory_hostname }}" / "plan.json"),
+        # Outside the inventory directory (Ansible would read files there as inventory).
+        "topolaunch_artifacts_dir": str(inv.parent / "artifacts"), "topolaunch_results_dir": str(inv.parent / "results"),
+        "launch_plan_file": str(inv.parent / "artifacts" / "{{ inventory_hostname }}" / "plan.json"),
         "launch_extra_env": {"SGLANG_SIM_LOAD_SECONDS": "1"}, "health_startup_timeout": 60,
         "health_chunk_seconds": 5}))
     (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_hosts": {"children": {"sglang_servers": {
