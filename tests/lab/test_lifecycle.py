@@ -181,7 +181,7 @@ def test_same_plan_without_tags_is_left_running(host, good_tp8):
     before = host.ssh("systemctl show -p InvocationID --value %s" % UNIT)
     rc, out = host.play("--tags", "plan,cleanup,launch,health", "-e", "layout=tp8", "-e", "launch_force=false")
     assert rc == 0, out[-4000:]
-    assert "Leaving the server running: the same plan already runs" in out
+    assert "Leaving the server running: the same plan already runs" in out, out[-6000:]
     assert host.ssh("systemctl show -p InvocationID --value %s" % UNIT) == before
 
 
