@@ -282,10 +282,14 @@ def keyring_packages(out, keyring, ports):
     print(f"  cuda-keyring for ports {ports[0]}-{ports[-1]}")
 
 
+# Build backend for source installs (the sglang role's git method), so that they too build offline in the lab.
+BUILD_WHEELS = ["setuptools==80.9.0"]
+
+
 def wanted_wheels():
-    """The PyPI packages the lab venvs install, read from the roles' own defaults (one source of truth)."""
+    """The PyPI packages the lab venvs install: the tools venv's list from the role's own defaults, the build backend."""
     defaults = yaml.safe_load((ROOT / "roles/topolaunch_tools/defaults/main.yml").read_text())
-    return list(defaults["topolaunch_tools_packages"])
+    return list(defaults["topolaunch_tools_packages"]) + BUILD_WHEELS
 
 
 def pip_repo(out, python, sim_builder):
@@ -297,7 +301,7 @@ def pip_repo(out, python, sim_builder):
     sims = sorted(pipdir.glob("sglang-*.whl"))
     if len(sims) != 1:
         sys.exit(f"{sim_builder} should leave one sglang-*.whl in {pipdir}, found {[s.name for s in sims]}")
-    wanted = wanted_wheels() + [str(sims[0])]
+    wanted = wanted_wheels() + [f"{sims[0]}[all]"]  # [all]: the extra the sglang role installs
     stamp_text = json.dumps([wanted_wheels(), sha(sims[0], "sha256")])
     stamp = pipdir / ".download-stamp"
     if stamp.exists() and stamp.read_text() == stamp_text:
