@@ -4,9 +4,10 @@ Target: under 30 s with changed=0.
 
     .venv/bin/python bench/provision_noop.py [--runs 3] [--keep]
 
-Uses the private bench lab host of tests/lab/sweeplab.py (booted and provisioned when needed: driver, CUDA, tools
-venv, SGLang simulator venv, stand-in model, from the lab repository). Then runs the provision stage --runs times
-and prints each wall time, the median and the slowest; exits 1 when a run changed anything, failed, or the slowest
+Boots a private lab host laid out like tests/lab/sweeplab.py's (its code, with this bench's own name and ports:
+host bprov, ssh 2219, repository 18081, state .lab/bench-provision/) and provisions it: driver, CUDA, tools venv,
+SGLang simulator venv, stand-in model, from the lab repository. Then runs the provision stage --runs times and
+prints each wall time, the median and the slowest; exits 1 when a run changed anything, failed, or the slowest
 misses the target. Takes the lab down unless --keep. Needs root, systemd-nspawn, debootstrap, `make repo`.
 """
 import argparse
@@ -20,6 +21,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "lab"))
 
 import sweeplab  # noqa: E402  pylint: disable=wrong-import-position
+
+# The sweep lab's helpers on this bench's own lab, so that the two never share a host or a port.
+sweeplab.NAME, sweeplab.HOST, sweeplab.SSH_PORT, sweeplab.REPO_PORT, sweeplab.SERVER_PORT = (
+    "bench-provision", "bprov", 2219, 18081, 32019)
+sweeplab.INVENTORY = ROOT / ".lab" / "inventories" / sweeplab.NAME
 
 TARGET_S = 30.0
 RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
