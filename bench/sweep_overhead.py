@@ -5,10 +5,11 @@
 
 Boots (or reuses) the private sweep lab host of tests/lab/sweeplab.py (field spec), provisions it, runs
 playbooks/sweep.yml over the layouts into a temporary results directory, and prints per layout:
-  wall     the layout's whole turn in the sweep (plan, cleanup, launch, health, bench, recording)
+  wall     the layout's whole turn in the sweep (plan, cleanup, launch, health, bench, recording), and per stage
   load     the server's own start: unit start until ready (health's measure)
-  bench    the bench_serving client runs (their wall time, warmup and client start included)
-  overhead wall - load - bench: what topolaunch adds per layout. Goal: under 20 s.
+  stop     the previous server's own stop (SGLang drains on SIGTERM): Stopping -> Stopped in the unit's journal
+  client   the bench_serving client runs (their wall time, warmup and client start included)
+  overhead wall - load - stop - client: what topolaunch adds per layout. Goal: under 20 s.
 Also the sweep's fixed cost (topology, first plan, report, winner relaunch). Takes the lab down unless --keep.
 Needs root, systemd-nspawn, debootstrap.
 """
@@ -27,12 +28,29 @@ import sweeplab  # noqa: E402  pylint: disable=wrong-import-position
 from topolaunch import results  # noqa: E402  pylint: disable=wrong-import-position
 
 GOAL_S = 20.0
+STAGES = ("plan", "cleanup", "launch", "health", "bench")
 
 
 def delta_seconds(text):
     """ansible.builtin.command's delta, '0:00:03.123456' -> 3.123456."""
     hours, minutes, seconds = text.split(":")
     return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+
+
+def unit_stops():
+    """[(stopping, stopped)] epoch seconds of the unit's stops, from its journal (host and controller share a clock)."""
+    rc, out = sweeplab.ssh("journalctl -u topolaunch-sglang.service -o short-unix --no-pager")
+    if rc != 0:
+        raise RuntimeError("cannot read the unit's journal on the lab host")
+    stops, stopping = [], None
+    for line in out.splitlines():
+        stamp = line.split(" ", 1)[0]
+        if " systemd[1]: Stopping topolaunch-sglang.service" in line:
+            stopping = float(stamp)
+        elif stopping is not None and " systemd[1]: Stopped topolaunch-sglang.service" in line:
+            stops.append((stopping, float(stamp)))
+            stopping = None
+    return stops
 
 
 def main():
@@ -56,21 +74,28 @@ def main():
                 return 2
             summary = json.loads((out / "sweep.json").read_text())
             runs = {r["run_id"] + r["layout"]: r for r in results.load_runs(str(out / "results"))}
+            stops = unit_stops()
             worst, layout_total = 0.0, 0.0
-            print("%-8s %8s %8s %8s %9s" % ("layout", "wall s", "load s", "bench s", "overhead"))
+            print("%-7s %6s | %5s %7s %6s %6s %5s | %5s %5s %6s | %8s" % (
+                "layout", "wall", "plan", "cleanup", "launch", "health", "bench", "load", "stop", "client", "overhead"))
             for outcome in summary["layouts"]:
                 if outcome["status"] != "ok":
-                    print("%-8s failed at %s: %s" % (outcome["layout"], outcome["stage"], outcome["message"]))
+                    print("%-7s failed at %s: %s" % (outcome["layout"], outcome["stage"], outcome["message"]))
                     continue
+                marks = {k: float(v) for k, v in outcome["stage_started"].items()}
+                ends = dict(zip(STAGES, [marks[s] for s in STAGES[1:]] + [float(outcome["finished"])]))
+                stage_s = [ends[s] - marks[s] for s in STAGES]
                 meta = runs[outcome["run_id"] + outcome["layout"]]["meta"]
-                bench = sum(delta_seconds(c["delta"]) for c in meta["client_runs"])
+                client = sum(delta_seconds(c["delta"]) for c in meta["client_runs"])
                 load = float(outcome["server_ready_s"] or 0.0)
-                overhead = outcome["seconds"] - load - bench
+                stop = sum(b - a for a, b in stops if marks["cleanup"] <= a < marks["launch"])
+                overhead = outcome["seconds"] - load - stop - client
                 worst = max(worst, overhead)
                 layout_total += outcome["seconds"]
-                print("%-8s %8.1f %8.1f %8.1f %8.1f s" % (outcome["layout"], outcome["seconds"], load, bench, overhead))
-            print("sweep total %.1f s, of which fixed (topology, first plan, report, relaunch, ansible start) %.1f s"
-                  % (total, total - layout_total))
+                print("%-7s %6.1f | %5.1f %7.1f %6.1f %6.1f %5.1f | %5.1f %5.1f %6.1f | %6.1f s" % (
+                    outcome["layout"], outcome["seconds"], *stage_s, load, stop, client, overhead))
+            print("sweep total %.1f s, of which fixed (ansible start, topology, first plan, report, winner relaunch) "
+                  "%.1f s" % (total, total - layout_total))
             print("sweep_overhead: worst per-layout overhead %.1f s (goal < %.0f s): %s" % (
                 worst, GOAL_S, "OK" if worst < GOAL_S else "OVER GOAL"))
             return 0 if worst < GOAL_S else 1

@@ -91,8 +91,9 @@ def provenance(group):
         gpus = "%s x %s" % (topo.get("gpu_count", len(topo.get("gpus", [])) or "?"), " + ".join(names) or "?")
         launch = ""
         if plan:
-            launch = "`CUDA_VISIBLE_DEVICES=%s python -m sglang.launch_server %s`" % (
-                plan.get("cuda_visible_devices", "?"), " ".join(str(a) for a in plan.get("argv", [])))
+            env = dict(plan.get("env") or {"CUDA_VISIBLE_DEVICES": plan.get("cuda_visible_devices", "?")})
+            launch = "`%s python -m sglang.launch_server %s`" % (
+                " ".join("%s=%s" % kv for kv in sorted(env.items())), " ".join(str(a) for a in plan.get("argv", [])))
         lines.append("| %s | %s | %s | %s | %s | %s / %s | %s | %s | %s |" % (
             run["layout"], run["run_id"], meta.get("host", "?"), meta.get("started", "?"), gpus,
             versions.get("driver_version", topo.get("driver_version", "?")),

@@ -23,7 +23,8 @@ def store(root, layout, started, throughput, server_info=None, completed=None, v
     return results.record_run(
         str(root), "glm-5-nvfp4", "a1b2c3d4e5f6", layout, started, asked, lines,
         meta={"host": "field", "started": started, "bench": {"seed": 7, "warmup_requests": 2}},
-        plan={"cuda_visible_devices": "0,1,2,3,4,5,6,7", "argv": ["--tp-size", "8"]}, topology=TOPOLOGY,
+        plan={"cuda_visible_devices": "0,1,2,3,4,5,6,7", "argv": ["--tp-size", "8"],
+              "env": {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}}, topology=TOPOLOGY,
         versions=versions or {"sglang": "0.5.9", "topolaunch_commit": "abc123def456"})
 
 
@@ -52,7 +53,8 @@ def test_report_on_real_results(tmp_path):
     # provenance: GPUs, driver/CUDA, versions, timestamps, launch
     assert "8 x NVIDIA RTX PRO 6000 Blackwell Server Edition | 580.95.05 / 13.0 | 0.5.9 | abc123def456" in findings
     assert "2026-11-30T10:10:00Z" in findings and "seed 7, 2 warmup requests" in findings
-    assert "`CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 python -m sglang.launch_server --tp-size 8`" in findings
+    assert ("`CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 python -m sglang.launch_server "
+            "--tp-size 8`") in findings
     assert "## Failures\n\nNone recorded." in findings
     pngs = [p for p in written if p.endswith(".png")]
     assert len(pngs) == 2
