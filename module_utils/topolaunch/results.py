@@ -177,14 +177,15 @@ def check_points(requested, points, client_error=None):
 
 
 def _one_line(client_error):
-    """What the failed client said: Ansible's message unless it is the generic one, and stderr's last line."""
+    """What the failed client said: Ansible's message unless it is the generic one, and the last line of stderr
+    (else stdout: bench_serving prints some errors there)."""
     parts = []
     msg = (client_error.get("msg") or "").strip()
     if msg and msg != "non-zero return code":
         parts.append(msg)
-    stderr = (client_error.get("stderr") or "").strip().splitlines()
-    if stderr:
-        parts.append(stderr[-1][:300])
+    output = ((client_error.get("stderr") or "").strip() or (client_error.get("stdout") or "").strip()).splitlines()
+    if output:
+        parts.append(output[-1][:300])
     return "; ".join(parts) or "no output"
 
 

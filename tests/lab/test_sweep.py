@@ -152,3 +152,16 @@ def test_unknown_layout_is_refused_before_anything_changes(sweep):
     assert run.returncode != 0
     assert "unknown: tp9" in run.stdout
     assert main_pid() == before
+
+
+def test_client_failure_is_recorded_and_fails_the_stage(sweep):
+    winner = winner_of(sweep["summary"])
+    before = set((sweep["dir"] / winner).glob("*.error.json"))
+    run = sweeplab.playbook("playbooks/bench.yml", extra={
+        "topolaunch_results_dir": str(sweep["results"]), "bench_concurrency": [1], "bench_output_len": 4000,
+        "bench_point_timeout": 1})
+    assert run.returncode != 0
+    assert "bench of %s failed at concurrency 1: client failed (exit code 124): timed out after 1 s" % winner in run.stdout
+    [error] = set((sweep["dir"] / winner).glob("*.error.json")) - before
+    assert (error.parent / error.name.replace(".error.json", ".jsonl")).exists()  # the run is kept, even if empty
+    assert "timed out after 1 s" in json.loads(error.read_text())["message"]

@@ -114,6 +114,9 @@ def test_check_points_names_every_kind_of_failure():
     assert timed_out[0]["reason"] == "client failed (exit code 124): timed out after 120 s (bench_point_timeout)"
     generic = results.check_points(asked[2:], [], {"max_concurrency": 32, "rc": 1, "msg": "non-zero return code"})
     assert generic[0]["reason"] == "client failed (exit code 1): no output"
+    on_stdout = results.check_points(asked[2:], [], {"max_concurrency": 32, "rc": 1, "msg": "non-zero return code",
+                                                     "stderr": "", "stdout": "args...\nFailed to fetch model"})
+    assert on_stdout[0]["reason"] == "client failed (exit code 1): Failed to fetch model"
     missing = results.check_points(asked, points[:1])
     assert [f["max_concurrency"] for f in missing] == [8, 32]
     assert missing[1]["reason"] == "no result line from bench_serving"
