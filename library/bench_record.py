@@ -59,7 +59,7 @@ options:
     description: Versions (sglang, driver, CUDA, topolaunch commit).
     type: dict
   client_error:
-    description: The client run that failed, with C(max_concurrency), C(rc), C(msg), C(stderr).
+    description: The client run that failed, with C(max_concurrency), C(rc), C(msg), C(stderr), C(stdout).
     type: dict
   error:
     description: A failure outside the client, with C(stage) and C(message) (a sweep layout that did not come up).
