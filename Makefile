@@ -44,7 +44,7 @@ lab-status:
 demo: setup lab-up ## set everything up and run deploy.yml on the lab
 	$(BIN)/ansible-playbook deploy.yml
 
-test: lint unit molecule ## everything CI runs
+test: lint unit molecule lab-tests ## everything CI runs
 
 lint: setup
 	$(BIN)/yamllint --strict .
