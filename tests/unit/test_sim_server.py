@@ -202,7 +202,10 @@ class Lab:
         for name in os.listdir(self.state):
             pid, _, gpu = name.partition(".")
             if pid.isdigit() and gpu.isdigit() and alive(int(pid)):
-                used = int((self.state / name).read_text().split()[0])
+                try:
+                    used = int((self.state / name).read_text().split()[0])
+                except FileNotFoundError:
+                    continue  # unregistered between listdir and read: the process let go of that GPU
                 out.setdefault(int(pid), {})[int(gpu)] = used
         return out
 
