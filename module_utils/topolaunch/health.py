@@ -6,13 +6,15 @@ seconds and returns as soon as something worth printing happened:
 - `ready`: the port accepts connections and the journal of this start has SGLang's ready line;
 - `progress`: a new milestone was reached (Load weight begin/end, Capture cuda graph begin/end);
 - `waiting`: the chunk ran out with nothing new (the caller prints a heartbeat and calls again);
-- a dead unit (inactive, failed, or restarted by systemd) raises HealthError at once, with the journal lines
-  of this start that carry the error.
+- a dead start (the unit inactive, failed, waiting to be restarted by systemd, or restarted already) raises
+  HealthError at once, with the journal lines of this start that carry the error. A restart that happened before
+  the start we follow (NRestarts > 0 while it runs) is not a death.
 
 "This start" is the unit's InvocationID when the wait began: the journal is read only for it, so a milestone or
 an error of an earlier run never counts. Plain stdlib; commands go through `run(argv) -> (rc, out, err)`.
 """
 import re
+import signal
 import socket
 import subprocess
 import time
@@ -104,24 +106,34 @@ def _show(unit, run):
 
 
 def _dead_reason(state, invocation_id):
-    """Why the unit is not starting any more, or None while it is."""
+    """Why the start we follow is not starting any more, or None while it is.
+
+    An earlier restart by systemd (NRestarts > 0) does not count: a server that systemd restarted after a crash
+    and that now runs is followed like any other start. What counts is this start: replaced by a new one, or
+    its main process ended (auto-restart pending, inactive, failed)."""
     if state.get("LoadState") != "loaded":
         return "the unit is not loaded (LoadState=%s)" % state.get("LoadState")
     if invocation_id and state.get("InvocationID") and state["InvocationID"] != invocation_id:
-        return "systemd restarted it (a new start replaced the one we waited for)"
-    if state.get("SubState") == "auto-restart" or state.get("NRestarts", "0") not in ("", "0"):
-        return "its main process %s %s and systemd is restarting it (result %s, restarts so far %s)" % (
-            _code_word(state.get("ExecMainCode")), state.get("ExecMainStatus"), state.get("Result"),
+        return "systemd restarted it (a new start replaced the one we waited for; restarts so far %s)" % (
             state.get("NRestarts") or 0)
+    if state.get("SubState") == "auto-restart":
+        return "its main process %s and systemd is restarting it (result %s, restarts so far %s)" % (
+            _main_exit(state), state.get("Result"), state.get("NRestarts") or 0)
     if state.get("ActiveState") in ("inactive", "failed", "deactivating"):
-        return "it is %s (result %s, main process %s status %s)" % (
-            state["ActiveState"], state.get("Result"), _code_word(state.get("ExecMainCode")), state.get("ExecMainStatus"))
+        return "it is %s (result %s, main process %s)" % (state["ActiveState"], state.get("Result"), _main_exit(state))
     return None
 
 
-def _code_word(code):
-    # CLD_EXITED=1, CLD_KILLED=2, CLD_DUMPED=3 (siginfo si_code)
-    return {"1": "exited with", "2": "killed by signal", "3": "dumped core on signal"}.get(code, "ended, code %s," % code)
+def _main_exit(state):
+    """How the main process ended, from ExecMainCode (siginfo si_code: CLD_EXITED=1, CLD_KILLED=2, CLD_DUMPED=3)."""
+    word = {"1": "exited with", "2": "killed by signal", "3": "dumped core on signal"}.get(state.get("ExecMainCode"))
+    if word is None:
+        return "ended without an exit status recorded by systemd"
+    status = state.get("ExecMainStatus") or "?"
+    names = {str(int(sig)): sig.name for sig in signal.Signals}
+    if state["ExecMainCode"] != "1" and status in names:
+        status += " (%s)" % names[status]
+    return "%s status %s" % (word, status)
 
 
 def _since_start(state, clock):

@@ -124,8 +124,11 @@ def host(tmp_path_factory):
         # Outside the inventory directory (Ansible would read files there as inventory).
         "topolaunch_artifacts_dir": str(inv.parent / "artifacts"), "topolaunch_results_dir": str(inv.parent / "results"),
         "launch_plan_file": str(inv.parent / "artifacts" / "{{ inventory_hostname }}" / "plan.json"),
-        "launch_extra_env": {"SGLANG_SIM_LOAD_SECONDS": "1"}, "health_startup_timeout": 60,
-        "health_chunk_seconds": 5}))
+        # Time no case measures: an instant load, a drain that notices SIGTERM at once (SGLang polls every 5 s),
+        # a short TimeoutStopSec (a server that ignores SIGTERM is SIGKILLed after 4 s instead of 10 s).
+        "launch_extra_env": {"SGLANG_SIM_LOAD_SECONDS": "0", "SGLANG_SIM_CAPTURE_SECONDS": "0",
+                             "SGLANG_SIM_DRAIN_POLL_SECONDS": "0.2"},
+        "launch_drain_timeout": 2, "launch_stop_margin": 2, "health_startup_timeout": 60, "health_chunk_seconds": 5}))
     (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_hosts": {"children": {"sglang_servers": {
         "hosts": {"lc": {"ansible_port": SSH_PORT, "lab_gpu_spec": "proxmox-8x-rtx-pro-6000-vnuma"}}}}}}}}))
     up = subprocess.run([sys.executable, str(LAB_PY), "-i", str(inv), "up"], capture_output=True, text=True,
@@ -187,10 +190,10 @@ def test_same_plan_without_tags_is_left_running(host, good_tp8):
 
 @pytest.mark.parametrize("fault, expected", [
     ("crash_during_load", ["died while starting", "simulated fault SGLANG_SIM_FAULT=crash_during_load"]),
-    ("hang_during_load", ["is not ready", "after its start (timeout 15"]),
+    ("hang_during_load", ["is not ready", "after its start (timeout 8"]),
 ])
 def test_fault_during_load_rolls_back_to_the_last_good_layout(host, good_tp8, tp4pp2, tmp_path, fault, expected):
-    rc, out = host.relaunch("-e", host.fault_plan_file(tp4pp2, fault, tmp_path), "-e", "health_startup_timeout=15")
+    rc, out = host.relaunch("-e", host.fault_plan_file(tp4pp2, fault, tmp_path), "-e", "health_startup_timeout=8")
     assert rc != 0
     assert "Layout tp4pp2 failed its health check" in out
     for words in expected:
@@ -225,30 +228,53 @@ def test_orphan_schedulers_of_a_hand_started_server_are_found_and_stopped(host, 
     assert rc == 0, out[-4000:]
     env = " ".join("%s=%s" % kv for kv in tp4pp2["env"].items())
     argv = " ".join(shlex_quote(a) for a in tp4pp2["argv"])
-    launcher = int(host.ssh(
-        "cd /tmp && runuser -u sglang -- env %s SGLANG_SIM_LOAD_SECONDS=0 SGLANG_SIM_FAULT=orphan_schedulers "
-        "setsid /opt/sglang/venvs/%s/bin/python -m sglang.launch_server %s >/tmp/by-hand.log 2>&1 & echo $!"
-        % (env, tp4pp2["sglang_version"], argv)))
-    host.ssh("timeout 60 bash -c 'until curl -sf http://127.0.0.1:%d/health; do sleep 0.5; done'" % tp4pp2["port"])
-    host.ssh("kill -9 %d" % launcher)
+    # The shell that runuser starts writes its pid, then becomes the launcher (exec): the pid file holds the
+    # launcher's pid. Every fd of the background job points away from ssh's pipes, so ssh returns at once.
+    host.ssh("rm -f /tmp/by-hand.pid /tmp/by-hand.log; cd /tmp; runuser -u sglang -- sh -c "
+             "'echo $$ >/tmp/by-hand.pid; exec env \"$@\"' by-hand %s SGLANG_SIM_LOAD_SECONDS=0 "
+             "SGLANG_SIM_FAULT=orphan_schedulers /opt/sglang/venvs/%s/bin/python -m sglang.launch_server %s "
+             "</dev/null >/tmp/by-hand.log 2>&1 &" % (env, tp4pp2["sglang_version"], argv))
+    up = host.ssh("timeout 60 sh -c 'until [ -s /tmp/by-hand.pid ] && curl -sf -o /dev/null "
+                  "http://127.0.0.1:%d/health; do sleep 0.5; done' && echo up || tail -20 /tmp/by-hand.log"
+                  % tp4pp2["port"])
+    assert up.strip() == "up", "the hand-started server did not answer /health within 60 s:\n" + up
+    launcher = int(host.ssh("cat /tmp/by-hand.pid"))
+    assert "sglang.launch_server" in host.ssh("tr '\\0' ' ' </proc/%d/cmdline" % launcher)
+    host.ssh("kill -KILL %d" % launcher)
     held = [p for g in host.gpus() for p in g["pids"]]
     assert held and not any(host.in_unit(p) for p in held), "orphans should hold the GPUs outside the unit"
+    assert launcher not in held and not host.alive(launcher)
     rc, out = host.relaunch("-e", "layout=tp8")
     assert rc == 0, out[-4000:]
-    assert "sglang::scheduler_PP" in out and "by SIGTERM" in out
+    assert "sglang::scheduler_PP" in out and "by SIGTERM" in out, out[-4000:]
     assert not any(host.alive(p) for p in held)
     assert_only_the_unit_holds_gpus(host, host.plan())
 
 
 def test_server_dying_after_requests_is_restarted_by_systemd(host, good_tp8, tp4pp2, tmp_path):
-    rc, out = host.relaunch("-e", host.fault_plan_file(tp4pp2, "die_after_requests:3", tmp_path))
+    """The server dies after serving N generation requests (its launcher SIGKILLs itself, as SGLang does when a
+    scheduler fails): systemd restarts it, and a later health check follows the new start and passes."""
+    rc, out = host.relaunch("-e", host.fault_plan_file(tp4pp2, "die_after_requests:3", tmp_path),
+                            "-e", "launch_restart_sec=1")          # RestartSec: how long systemd waits, not whether
     assert rc == 0, out[-4000:]
+    first = host.ssh("systemctl show -p InvocationID --value %s" % UNIT).strip()
     port = tp4pp2["port"]
-    host.ssh("for i in 1 2 3 4 5; do curl -s -m 5 -o /dev/null http://127.0.0.1:%d/generate "
-             "-d '{\"text\": \"hi\", \"sampling_params\": {\"max_new_tokens\": 2}}' || true; done" % port)
-    host.ssh("timeout 60 bash -c 'until [ \"$(systemctl show -p NRestarts --value %s)\" -ge 1 ]; do sleep 0.5; done'" % UNIT)
+    # health's own /generate was the first request: the server answers two more, then dies.
+    codes = host.ssh("for i in 1 2 3 4; do curl -s -m 5 -o /dev/null -w '%%{http_code} ' http://127.0.0.1:%d/generate "
+                     "-d '{\"text\": \"hi\", \"sampling_params\": {\"max_new_tokens\": 2}}'; done; true" % port)
+    assert codes.split() == ["200", "200", "000", "000"], codes
+    restarted = host.ssh(
+        "timeout 60 sh -c 'until [ \"$(systemctl show -p InvocationID --value %s)\" != %s ] && "
+        "[ \"$(systemctl is-active %s)\" = active ]; do sleep 0.2; done' && systemctl show -p NRestarts --value %s"
+        " || systemctl status --no-pager %s" % (UNIT, first, UNIT, UNIT, UNIT))
+    assert restarted.strip() == "1", "systemd did not restart the server within 60 s:\n" + restarted
+    died = host.ssh("journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID=%s + INVOCATION_ID=%s" % (first, first))
+    assert "die_after_requests:3: 3 generation requests answered" in died, died[-3000:]
+    assert "Main process exited, code=killed, status=9/KILL" in died, died[-3000:]
     rc, out = host.play("--tags", "health")
     assert rc == 0, out[-4000:]
+    assert "serves" in out and "(tp4pp2 on GPUs" in out, out[-4000:]
+    assert host.ssh("systemctl show -p NRestarts --value %s" % UNIT).strip() == "1"   # not restarted by health
     assert_only_the_unit_holds_gpus(host, host.plan())
     rc, out = host.relaunch("-e", "layout=tp8")
     assert rc == 0, out[-4000:]
