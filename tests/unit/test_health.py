@@ -153,3 +153,19 @@ def test_not_ready_after_the_startup_timeout_names_the_milestone(closed_port):
     msg = str(err.value)
     assert "not ready 1000.0 s after its start (timeout 900 s)" in msg
     assert "last milestone: Capture cuda graph begin" in msg and "still closed" in msg
+
+
+def test_a_start_after_an_earlier_systemd_restart_is_followed_not_dead(open_port):
+    # systemd restarted the server once (NRestarts=1) before this wait began and the new start runs: followed.
+    clock = Clock()
+    unit = Unit([(active(NRestarts="1", InvocationID="def456"), LOG)])
+    res = _wait(unit, open_port, clock)
+    assert res["state"] == "ready" and res["invocation_id"] == "def456"
+
+
+def test_a_main_process_that_exited_is_named_with_its_status(closed_port):
+    clock = Clock()
+    unit = Unit([(active(SubState="auto-restart", ActiveState="activating", Result="exit-code", ExecMainCode="1",
+                         ExecMainStatus="0"), CRASH)])
+    with pytest.raises(HealthError, match=r"its main process exited with status 0 and systemd is restarting it"):
+        _wait(unit, closed_port, clock, invocation_id="abc123")
