@@ -280,6 +280,23 @@ def test_server_dying_after_requests_is_restarted_by_systemd(host, good_tp8, tp4
     assert rc == 0, out[-4000:]
 
 
+def test_relaunch_after_crashes_spent_systemds_start_limit(host, good_tp8, tp4pp2, tmp_path):
+    """A server that crashed until systemd stopped restarting it (start limit spent): our relaunch still starts."""
+    rc, out = host.relaunch("-e", host.fault_plan_file(tp4pp2, "crash_during_load", tmp_path),
+                            "-e", "health_rollback=false", "-e", "launch_restart_sec=1")
+    assert rc != 0 and "No rollback" in out, out[-4000:]
+    # systemd restarts the crashing server until its start limit is spent and leaves the unit failed
+    # (a condition poll with a deadline); from then on a plain start is refused.
+    host.ssh("timeout 90 bash -c 'until [ \"$(systemctl show -p ActiveState --value %s)\" = failed ] && "
+             "[ \"$(systemctl show -p NRestarts --value %s)\" -ge 2 ]; do sleep 0.3; done'" % (UNIT, UNIT))
+    assert host.ssh("systemctl start %s >/dev/null 2>&1; echo $?" % UNIT).strip() != "0"
+    rc, out = host.relaunch("-e", "layout=tp8")
+    assert rc == 0, out[-4000:]
+    plan = host.plan()
+    assert plan["layout"]["name"] == "tp8" and host.healthy(plan["port"])
+    assert_only_the_unit_holds_gpus(host, plan)
+
+
 def test_foreign_process_on_another_gpu_survives_and_one_on_ours_stops_the_play(host, good_tp8):
     small = ["-e", "topolaunch_model_path=/srv/models/%s" % SMALL_MODEL, "-e", "topolaunch_served_model_name=%s" % SMALL_MODEL,
              "-e", '{"topolaunch_gpus": [0, 1, 2, 3]}', "-e", "layout=tp4"]
