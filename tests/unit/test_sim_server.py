@@ -451,7 +451,9 @@ def test_generate(served):
     status, body = served.post("/generate", {"input_ids": [1, 2, 3, 4], "sampling_params": {"max_new_tokens": 4},
                                              "stream": True}, headers=KEY)
     events = [line for line in body.decode().split("\n\n") if line]
-    assert status == 200 and events[-1] == "data: [DONE]" and len(events) == 5
+    # One event per token when the client keeps up; tokens that piled up meanwhile come coalesced (as SGLang
+    # streams what it has), so under load there may be fewer events: never more, never none.
+    assert status == 200 and events[-1] == "data: [DONE]" and 2 <= len(events) <= 5
     final = json.loads(events[-2][len("data: "):])["meta_info"]
     assert final["completion_tokens"] == 4 and final["prompt_tokens"] == 4 and final["finish_reason"]["length"] == 4
     assert served.post("/generate", {"sampling_params": {}}, headers=KEY)[0] == 400
