@@ -386,9 +386,13 @@ def main(argv=None):
         shutil.rmtree(apt)
     apt.mkdir(parents=True)
     gpg_env, keyring = signing_key(out.parent / (out.name + "-signing"))
-    driver_packages(apt, args.fakenvml)
-    cuda_packages(apt)
-    index_and_sign(apt, gpg_env)
+    try:
+        driver_packages(apt, args.fakenvml)
+        cuda_packages(apt)
+        index_and_sign(apt, gpg_env)
+    finally:
+        # gpg started an agent for the key's home: leave no daemon behind.
+        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=gpg_env, check=False, capture_output=True)
     keyring_packages(out, keyring, args.keyring_ports)
     (out / "keyring" / "cuda-archive-keyring.gpg").write_bytes(keyring)
     index = model_archive(out, args.model_dir, args.model_name)

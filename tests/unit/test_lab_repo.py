@@ -2,6 +2,7 @@
 pinned versions, per-port cuda-keyring, the stand-in model and the Hugging Face stand-in. No lab host needed."""
 import hashlib
 import json
+import os
 import pathlib
 import shutil
 import subprocess
@@ -112,3 +113,17 @@ def test_stand_in_model_and_hub(repo):
                         / "model.safetensors.index.json").read_text())
     assert index["metadata"]["total_size"] == json.loads(
         (fixture / "model.safetensors.index.json").read_text())["metadata"]["total_size"]
+
+
+def test_no_gpg_agent_is_left_running(repo):
+    """Signing starts a gpg-agent for the repository key's home: the build stops it again."""
+    home = str(repo.parent / (repo.name + "-signing"))
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = pathlib.Path("/proc", pid, "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "gpg-agent" in cmd and home in cmd:
+            left.append((pid, cmd))
+    assert not left, left
