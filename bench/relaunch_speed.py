@@ -6,7 +6,8 @@
 Uses the private lab host of tests/lab/sweeplab.py (booted and provisioned when needed), with
 SGLANG_SIM_LOAD_SECONDS=0 and SGLANG_SIM_CAPTURE_SECONDS=0. Prints, medians over --runs:
   ansible   wall time of `ansible-playbook deploy.yml --tags relaunch -e layout=L` (plan, cleanup, launch, health)
-  shell     wall time of the same steps as a person scripts them over ssh: stop the unit, start it, poll /health
+  shell     wall time of the same steps as a person scripts them over ssh: stop the unit, reset-failed (repeated
+            starts spend systemd's start limit; the launch role clears it too), start it, poll /health
   ratio     ansible / shell (goal <= 1.5)
   server    the server's own start in the ansible runs: unit start until SGLang's ready line (from the journal)
   overhead  ansible - server: what the relaunch adds (goal < 15 s)
@@ -34,6 +35,7 @@ SSH = ("ssh -F /dev/null -i {key} -p {port} -o BatchMode=yes -o StrictHostKeyChe
 # What people run today, minus the pkill: stop, start, poll /health until it answers 200 (bounded: 600 tries).
 SHELL_RELAUNCH = """set -e
 {ssh} systemctl stop {unit}
+{ssh} systemctl reset-failed {unit}
 {ssh} systemctl start {unit}
 for i in $(seq 600); do
   if {ssh} curl -sf -o /dev/null http://127.0.0.1:{port}/health; then exit 0; fi
