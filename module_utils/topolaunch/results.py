@@ -255,6 +255,29 @@ def reserve_run(directory, run_id, first_suffix, first_data, create=True):
     raise ResultsError("more than 999 runs with id %s in %s" % (run_id, directory))
 
 
+SECRET_SERVER_ARGS = ("api_key", "admin_api_key")
+
+
+def scrub_secrets(lines):
+    """bench_serving copies the server's /server_info, every server arg included, into each line: SGLang 0.5.9
+    returns --api-key there in clear. Replace secret values before anything is stored; other lines stay as they are."""
+    out = []
+    for line in lines.splitlines(keepends=True):
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            out.append(line)
+            continue
+        info = obj.get("server_info") if isinstance(obj, dict) else None
+        if isinstance(info, dict) and any(info.get(k) for k in SECRET_SERVER_ARGS):
+            for k in SECRET_SERVER_ARGS:
+                if info.get(k):
+                    info[k] = "<redacted>"
+            line = json.dumps(obj) + ("\n" if line.endswith("\n") else "")
+        out.append(line)
+    return "".join(out)
+
+
 def record_run(results_dir, model, fingerprint, layout, started, requested, lines="", meta=None, plan=None,
                topology=None, versions=None, client_error=None, error=None, write=True):
     """Store one bench run (or one failed sweep layout) and say what failed.
@@ -265,6 +288,7 @@ def record_run(results_dir, model, fingerprint, layout, started, requested, line
     """
     requested = [_requested_point(p) for p in requested or []]
     prompts = {p["max_concurrency"]: p["num_prompts"] for p in requested}
+    lines = scrub_secrets(lines or "")
     try:
         points = parse_jsonl(lines or "", prompts, where="bench_serving output")
     except ResultsError as exc:

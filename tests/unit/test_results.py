@@ -339,3 +339,16 @@ def test_broken_client_output_is_kept_and_marked(tmp_path):
     assert [f["max_concurrency"] for f in out["failures"]] == [1, 8]
     runs = results.load_runs(str(tmp_path))
     assert runs[0]["points"] == [] and results.failures(runs)[0]["message"] == error["message"]
+
+
+def test_the_api_key_bench_serving_copies_from_server_info_is_not_stored(tmp_path):
+    # SGLang 0.5.9 returns every server arg in /server_info, --api-key in clear; bench_serving copies it per line.
+    info = dict(SERVER_INFO_REAL, api_key="sk-secret-123", admin_api_key=None)
+    lines = bench_line(concurrency=1, completed=8, server_info=info) + "\n" + "not json\n"
+    out = results.record_run(str(tmp_path), "glm-5-nvfp4", "a1b2c3d4e5f6", "tp8", "2026-11-30T10:15:02Z",
+                             [{"max_concurrency": 1, "num_prompts": 8}], lines)
+    stored = (tmp_path / "glm-5-nvfp4" / "a1b2c3d4e5f6" / "tp8" / (out["run_id"] + ".jsonl")).read_text()
+    assert "sk-secret-123" not in stored
+    first, second = stored.splitlines()
+    assert json.loads(first)["server_info"]["api_key"] == "<redacted>" and second == "not json"
+    assert json.loads(first)["server_info"]["tp_size"] == 8
