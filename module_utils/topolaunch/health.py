@@ -11,15 +11,31 @@ seconds and returns as soon as something worth printing happened:
   the start we follow (NRestarts > 0 while it runs) is not a death.
 
 "This start" is the unit's InvocationID when the wait began: the journal is read only for it, so a milestone or
-an error of an earlier run never counts. Plain stdlib; commands go through `run(argv) -> (rc, out, err)`.
+an error of an earlier run never counts.
+
+`check(...)` is the whole `sglang_wait` module: it reads the plan the unit runs (current_plan.json: host, port,
+model), calls `wait_chunk`, and once the server is ready (with `verify`) asks it in the same call: /health until
+200, /model_info names our model, one /generate returns tokens; then it records the plan as last known good.
+Every failure carries the plan in its result when it was read, so the caller knows which plan failed.
+
+Plain stdlib; commands go through `run(argv) -> (rc, out, err)`, HTTP through
+`http(method, url, body=None, headers=None, timeout=60) -> (status, text)` (status 0: no HTTP answer, text says why).
 """
+import http.client
+import json
+import os
 import re
 import signal
 import socket
+import stat
 import subprocess
+import tempfile
 import time
+import urllib.error
+import urllib.request
 
-__all__ = ["HealthError", "MILESTONES", "milestone", "error_lines", "parse_show", "port_open", "wait_chunk"]
+__all__ = ["HealthError", "MILESTONES", "milestone", "error_lines", "parse_show", "port_open", "wait_chunk",
+           "read_plan", "http_request", "verify", "record_last_good", "check"]
 
 # (key, words in SGLang's log line) in the order a start reaches them.
 MILESTONES = [
@@ -75,11 +91,15 @@ def error_lines(lines, limit=20):
     return hits[-limit:]
 
 
+def connect_host(host):
+    """The address to reach a server listening on `host`: a wildcard listen address is reached via loopback."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+
 def port_open(host, port, timeout=1.0):
-    """True when a TCP connect to host:port succeeds. A wildcard listen address is reached via loopback."""
-    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    """True when a TCP connect to host:port succeeds."""
     try:
-        with socket.create_connection((host, port), timeout=timeout):
+        with socket.create_connection((connect_host(host), port), timeout=timeout):
             return True
     except OSError:
         return False
@@ -184,3 +204,179 @@ def wait_chunk(unit, host, port, invocation_id=None, known="started", chunk_s=20
             result["state"] = "waiting"
             return result
         sleep(poll_s)
+
+
+# ------------------------------------------------------------------------------------------ the plan
+def read_plan(path):
+    """The plan the unit runs, as (plan, raw bytes). Raises HealthError naming the file when it is missing or bad."""
+    why = None
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+        plan = json.loads(raw.decode("utf-8"))
+    except OSError as err:
+        why = err.strerror or str(err)
+    except ValueError as err:
+        why = "not JSON (%s)" % err
+    else:
+        port = plan.get("port") if isinstance(plan, dict) else None
+        if not isinstance(plan, dict):
+            why = "not a JSON object"
+        elif isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            why = "its port %r is not a port number (1-65535)" % (port,)
+        else:
+            return plan, raw
+    raise HealthError("Cannot read the plan the unit runs, %s: %s. The launch stage writes it "
+                      "(deploy.yml --tags relaunch, or --tags launch)." % (path, why))
+
+
+# ------------------------------------------------------------------------------------------ asking the server
+def http_request(method, url, body=None, headers=None, timeout=60.0):
+    """One HTTP request, never through a proxy -> (status, text); status 0 when no HTTP answer came (text: why)."""
+    hdrs = dict(headers or {})
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode()
+        hdrs["Content-Type"] = "application/json"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(urllib.request.Request(url, data=data, headers=hdrs, method=method), timeout=timeout) as resp:
+            return resp.status, resp.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode("utf-8", "replace")
+    except urllib.error.URLError as err:
+        return 0, str(err.reason)
+    except (OSError, http.client.HTTPException) as err:
+        return 0, "%s: %s" % (type(err).__name__, err)
+
+
+def base_url(host, port):
+    host = connect_host(host or "127.0.0.1")
+    return "http://%s:%d" % ("[%s]" % host if ":" in host else host, port)
+
+
+def _short(text, limit=300):
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _answer(status, text):
+    """How a response reads in a message: 'answered 503: <body>' or 'got no answer (<why>)'."""
+    if status == 0:
+        return "got no answer (%s)" % _short(text)
+    return "answered %s%s" % (status, ": " + _short(text) if text.strip() else " with an empty body")
+
+
+def _json(text):
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def verify(plan, http=http_request, api_key="", ready_timeout=30.0, http_timeout=60.0,
+           prompt="The capital of France is", max_new_tokens=8, poll_s=0.5, clock=time.monotonic, sleep=time.sleep):
+    """Ask a ready server whether it really serves the plan: /health until 200 (it answers 503 for a moment after
+    its port opened; up to ready_timeout s), /model_info names the plan's model, one /generate returns tokens.
+    The API key, when set, goes as a Bearer token to /model_info and /generate (/health needs none).
+    Returns {url, health_s, generated_tokens, generated_text}; raises HealthError saying what failed."""
+    url = base_url(plan.get("host"), plan["port"])
+    started = clock()
+    deadline = started + ready_timeout
+    tries = 0
+    while True:
+        status, text = http("GET", url + "/health", timeout=http_timeout)
+        tries += 1
+        if status == 200:
+            break
+        if clock() >= deadline:
+            raise HealthError("GET %s/health did not answer 200 within %s s after the server's ready line "
+                              "(%d tries; the last one %s)" % (url, ready_timeout, tries, _answer(status, text)))
+        sleep(poll_s)
+    health_s = round(clock() - started, 1)
+    headers = {"Authorization": "Bearer " + api_key} if api_key else {}
+    key_hint = " (the server wants an API key: set topolaunch_api_key)" if not api_key else \
+        " (the server refused our API key: check topolaunch_api_key)"
+
+    status, text = http("GET", url + "/model_info", headers=headers, timeout=http_timeout)
+    if status != 200:
+        raise HealthError("GET %s/model_info %s%s" % (url, _answer(status, text), key_hint if status == 401 else ""))
+    served = _json(text).get("model_path")
+    ours = [name for name in (plan.get("model_path"), plan.get("served_model_name")) if name]
+    if served not in ours:
+        raise HealthError("The server on port %s serves %s, not %s: is another server on this port?"
+                          % (plan["port"], served or "?", plan.get("model_path") or "?"))
+
+    body = {"text": prompt, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}
+    status, text = http("POST", url + "/generate", body=body, headers=headers, timeout=http_timeout)
+    if status != 200:
+        raise HealthError("POST %s/generate %s%s" % (url, _answer(status, text), key_hint if status == 401 else ""))
+    answer = _json(text)
+    meta = answer.get("meta_info") if isinstance(answer.get("meta_info"), dict) else {}
+    tokens = meta.get("completion_tokens")
+    if not isinstance(answer.get("text"), str) or isinstance(tokens, bool) or not isinstance(tokens, int) \
+            or tokens <= 0:
+        raise HealthError("/generate returned no tokens: %s" % (_short(text) or "(empty body)"))
+    return {"url": url, "health_s": health_s, "generated_tokens": tokens, "generated_text": answer["text"]}
+
+
+# ------------------------------------------------------------------------------------------ last known good
+def record_last_good(raw, path, check_mode=False):
+    """Write `raw` (the plan's bytes) to `path` as root:root 0644 unless it is there already; True when changed.
+    Atomic (a temp file renamed into place); in check mode nothing is written. Ownership is set when run as root."""
+    as_root = os.geteuid() == 0
+    try:
+        st = os.stat(path)
+        with open(path, "rb") as f:
+            same = f.read() == raw and stat.S_IMODE(st.st_mode) == 0o644 and (
+                not as_root or (st.st_uid, st.st_gid) == (0, 0))
+    except FileNotFoundError:
+        same = False
+    if same or check_mode:
+        return not same
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".last_good.", dir=os.path.dirname(path) or ".")
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fchmod(f.fileno(), 0o644)
+            if as_root:
+                os.fchown(f.fileno(), 0, 0)
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as err:
+        raise HealthError("The server is healthy but recording it as the last known good plan failed: %s: %s"
+                          % (path, err.strerror or err)) from None
+    finally:
+        if tmp and os.path.exists(tmp):
+            os.unlink(tmp)
+    return True
+
+
+# ------------------------------------------------------------------------------------------ the module
+def check(unit, plan_path, last_good_path, invocation_id=None, known="started", chunk_s=20.0, startup_timeout=0,
+          journal_lines=50, verify_server=False, check_mode=False, api_key="", ready_timeout=30.0, http_timeout=60.0,
+          prompt="The capital of France is", max_new_tokens=8, run=_run, http=http_request, clock=time.monotonic,
+          sleep=time.sleep):
+    """One call of sglang_wait: read the plan, wait one chunk; when ready and verify_server, verify the server and
+    record the plan as last known good. Returns the wait's result plus plan (and, verified: verified,
+    last_good_changed, url, health_s, generated_tokens, generated_text). A HealthError carries the plan in its
+    result once it was read."""
+    plan, raw = read_plan(plan_path)
+    try:
+        result = wait_chunk(unit, plan.get("host") or "127.0.0.1", plan["port"], invocation_id=invocation_id,
+                            known=known, chunk_s=chunk_s, startup_timeout=startup_timeout,
+                            journal_lines=journal_lines, run=run, clock=clock, sleep=sleep)
+        result["plan"] = plan
+        if result["state"] == "ready" and verify_server:
+            result.update(verify(plan, http=http, api_key=api_key, ready_timeout=ready_timeout,
+                                 http_timeout=http_timeout, prompt=prompt, max_new_tokens=max_new_tokens,
+                                 clock=clock, sleep=sleep))
+            result["last_good_changed"] = record_last_good(raw, last_good_path, check_mode=check_mode)
+            result["verified"] = True
+        return result
+    except HealthError as exc:
+        exc.result["plan"] = plan
+        raise

@@ -1,13 +1,23 @@
-"""sglang_wait logic: milestones from SGLang's log lines, a dead unit fails at once with its error lines, timeouts.
+"""sglang_wait: milestones from SGLang's log lines, a dead unit fails at once with its error lines, timeouts; once
+ready the server is verified (/health, /model_info, /generate) and its plan recorded as the last known good one.
 
-systemctl and journalctl are replaced by a scripted `run` (a list of states the unit goes through); the port is a
-real socket on loopback.
+systemctl and journalctl are replaced by a scripted `run` (a list of states the unit goes through), the server's
+HTTP answers by a scripted `http`; the port is a real socket on loopback. One test asks the real simulator.
 """
+import functools
+import json
+import os
 import socket
+import stat
 
 import pytest
+from ansible.module_utils.testing import patch_module_args
 
-from topolaunch.health import HealthError, error_lines, milestone, parse_show, port_open, wait_chunk
+import sglang_wait
+from ansible.module_utils.topolaunch import health as module_health
+from test_sim_server import Lab, free_port, sim_site  # noqa: F401  pylint: disable=unused-import
+from topolaunch.health import (HealthError, base_url, check, error_lines, milestone, parse_show, port_open,
+                               read_plan, record_last_good, verify, wait_chunk)
 
 LOG = [
     "[2026-11-30 01:00:00] server_args=ServerArgs(model_path='/srv/models/glm-5-nvfp4', tp_size=8)",
@@ -169,3 +179,316 @@ def test_a_main_process_that_exited_is_named_with_its_status(closed_port):
                          ExecMainStatus="0"), CRASH)])
     with pytest.raises(HealthError, match=r"its main process exited with status 0 and systemd is restarting it"):
         _wait(unit, closed_port, clock, invocation_id="abc123")
+
+
+
+# ------------------------------------------------------------------------------------------ verify and record
+PLAN = {"layout": {"name": "tp8", "tp": 8, "pp": 1}, "gpu_indices": list(range(8)), "host": "127.0.0.1",
+        "port": 30000, "model_path": "/srv/models/glm-5-nvfp4", "served_model_name": "glm-5-nvfp4",
+        "argv": ["--model-path", "/srv/models/glm-5-nvfp4", "--tp-size", "8"]}
+INFO = {"model_path": "/srv/models/glm-5-nvfp4", "is_generation": True}
+GENERATED = {"text": " Paris. The capital of Germany is", "meta_info": {"completion_tokens": 8, "prompt_tokens": 5}}
+KEY = "tl-test-key-6f1c0b9e2d"
+
+
+class Server:
+    """Scripted HTTP: per path a list of (status, body) answers, taken in order, the last one repeated."""
+
+    def __init__(self, health=((200, ""),), model_info=((200, INFO),), generate=((200, GENERATED),)):
+        self.answers = {"/health": list(health), "/model_info": list(model_info), "/generate": list(generate)}
+        self.calls = []
+
+    def __call__(self, method, url, body=None, headers=None, timeout=60.0):
+        path = url.split(":30000", 1)[1]
+        self.calls.append({"method": method, "path": path, "body": body, "headers": dict(headers or {}),
+                           "timeout": timeout})
+        answers = self.answers[path]
+        status, data = answers.pop(0) if len(answers) > 1 else answers[0]
+        return status, data if isinstance(data, str) else json.dumps(data)
+
+    def paths(self):
+        return [c["path"] for c in self.calls]
+
+
+@pytest.fixture
+def state(tmp_path):
+    """A state directory with current_plan.json as the launch stage writes it; returns (dir, raw bytes)."""
+    raw = (json.dumps(PLAN, indent=2, sort_keys=True) + "\n").encode()
+    (tmp_path / "current_plan.json").write_bytes(raw)
+    return tmp_path, raw
+
+
+def _check(state_dir, unit, server, clock, **kw):
+    kw.setdefault("verify_server", True)
+    return check("topolaunch-sglang.service", str(state_dir / "current_plan.json"),
+                 str(state_dir / "last_good_plan.json"), run=unit.run, http=server, clock=clock, sleep=clock.sleep,
+                 **kw)
+
+
+@pytest.fixture
+def ready_on_30000(monkeypatch):
+    """Port 30000 of the plan 'accepts connections' (the scripted server stands behind it)."""
+    monkeypatch.setattr("topolaunch.health.port_open", lambda host, port, timeout=1.0: port == 30000)
+    monkeypatch.setattr(module_health, "port_open", lambda host, port, timeout=1.0: port == 30000)
+
+
+def test_ready_then_verified_and_recorded_once(state, ready_on_30000):
+    state_dir, raw = state
+    clock, server = Clock(), Server()
+    res = _check(state_dir, Unit([(active(), LOG)]), server, clock, max_new_tokens=8, prompt="Hi there")
+    assert res["state"] == "ready" and res["verified"] is True and res["plan"] == PLAN
+    assert res["generated_tokens"] == 8 and res["generated_text"] == GENERATED["text"]
+    assert res["url"] == "http://127.0.0.1:30000" and res["last_good_changed"] is True
+    assert server.paths() == ["/health", "/model_info", "/generate"]
+    gen = server.calls[2]
+    assert gen["method"] == "POST"
+    assert gen["body"] == {"text": "Hi there", "sampling_params": {"max_new_tokens": 8, "temperature": 0}}
+    assert all("Authorization" not in c["headers"] for c in server.calls)          # no key set: none sent
+    last_good = state_dir / "last_good_plan.json"
+    assert last_good.read_bytes() == raw and stat.S_IMODE(last_good.stat().st_mode) == 0o644
+    mtime = last_good.stat().st_mtime_ns
+    again = _check(state_dir, Unit([(active(), LOG)]), Server(), clock)
+    assert again["verified"] is True and again["last_good_changed"] is False
+    assert last_good.stat().st_mtime_ns == mtime
+    assert [n for n in os.listdir(state_dir) if n.startswith(".")] == []            # no temp file left
+
+
+def test_a_different_plan_or_mode_is_written_again(state, ready_on_30000):
+    state_dir, raw = state
+    last_good = state_dir / "last_good_plan.json"
+    last_good.write_text("{}")
+    last_good.chmod(0o600)
+    assert record_last_good(raw, str(last_good)) is True
+    assert last_good.read_bytes() == raw and stat.S_IMODE(last_good.stat().st_mode) == 0o644
+    last_good.chmod(0o600)
+    assert record_last_good(raw, str(last_good)) is True and stat.S_IMODE(last_good.stat().st_mode) == 0o644
+    assert record_last_good(raw, str(last_good)) is False
+
+
+def test_check_mode_verifies_but_writes_nothing(state, ready_on_30000):
+    state_dir, _ = state
+    clock, server = Clock(), Server()
+    res = _check(state_dir, Unit([(active(), LOG)]), server, clock, check_mode=True)
+    assert res["verified"] is True and res["last_good_changed"] is True
+    assert server.paths() == ["/health", "/model_info", "/generate"]
+    assert not (state_dir / "last_good_plan.json").exists()
+
+
+def test_without_verify_a_ready_server_is_only_reported(state, ready_on_30000):
+    state_dir, _ = state
+    server = Server()
+    res = _check(state_dir, Unit([(active(), LOG)]), server, Clock(), verify_server=False)
+    assert res["state"] == "ready" and "verified" not in res and res["plan"] == PLAN
+    assert server.calls == [] and not (state_dir / "last_good_plan.json").exists()
+
+
+def test_health_503_then_200_is_waited_for():
+    clock = Clock()
+    server = Server(health=[(503, ""), (503, ""), (200, "")])
+    res = verify(PLAN, http=server, ready_timeout=30, clock=clock, sleep=clock.sleep)
+    assert server.paths() == ["/health"] * 3 + ["/model_info", "/generate"]
+    assert res["health_s"] == 1.0 and res["generated_tokens"] == 8
+
+
+def test_health_never_200_times_out_saying_what_it_waited_for(state, ready_on_30000):
+    state_dir, _ = state
+    clock = Clock()
+    server = Server(health=[(0, "[Errno 111] Connection refused"), (503, "")])
+    with pytest.raises(HealthError) as err:
+        _check(state_dir, Unit([(active(), LOG)]), server, clock, ready_timeout=5)
+    msg = str(err.value)
+    assert msg.startswith("GET http://127.0.0.1:30000/health did not answer 200 within 5 s after the server's ready "
+                          "line (11 tries; the last one answered 503 with an empty body)"), msg
+    assert 1005.0 <= clock.t < 1006.0
+    assert "/model_info" not in server.paths()
+    assert err.value.result["plan"] == PLAN                          # the failure says which plan failed
+    assert not (state_dir / "last_good_plan.json").exists()
+
+
+def test_wrong_model_is_another_server():
+    clock = Clock()
+    server = Server(model_info=[(200, {"model_path": "/srv/models/llama-2-7b"})])
+    with pytest.raises(HealthError) as err:
+        verify(PLAN, http=server, clock=clock, sleep=clock.sleep)
+    assert str(err.value) == ("The server on port 30000 serves /srv/models/llama-2-7b, not /srv/models/glm-5-nvfp4: "
+                              "is another server on this port?")
+    assert "/generate" not in server.paths()
+    # The served model name counts as ours too; a server that names no model does not.
+    assert verify(PLAN, http=Server(model_info=[(200, {"model_path": "glm-5-nvfp4"})]), clock=clock,
+                  sleep=clock.sleep)["generated_tokens"] == 8
+    with pytest.raises(HealthError, match="serves \\?, not /srv/models/glm-5-nvfp4"):
+        verify(PLAN, http=Server(model_info=[(200, "not json")]), clock=clock, sleep=clock.sleep)
+
+
+@pytest.mark.parametrize("answer", [
+    {"text": "", "meta_info": {"completion_tokens": 0}},
+    {"meta_info": {"completion_tokens": 3}},
+    {"text": "x", "meta_info": {}},
+    {"text": "x", "meta_info": {"completion_tokens": True}},
+    "[]",
+])
+def test_no_tokens_fails(answer):
+    clock = Clock()
+    with pytest.raises(HealthError) as err:
+        verify(PLAN, http=Server(generate=[(200, answer)]), clock=clock, sleep=clock.sleep)
+    body = answer if isinstance(answer, str) else json.dumps(answer)
+    assert str(err.value) == "/generate returned no tokens: " + body
+
+
+def test_http_errors_are_named_with_the_answer():
+    clock = Clock()
+    with pytest.raises(HealthError) as err:
+        verify(PLAN, http=Server(generate=[(500, {"error": "boom"})]), clock=clock, sleep=clock.sleep)
+    assert str(err.value) == 'POST http://127.0.0.1:30000/generate answered 500: {"error": "boom"}'
+    with pytest.raises(HealthError) as err:
+        verify(PLAN, http=Server(model_info=[(401, {"error": "Unauthorized"})]), clock=clock, sleep=clock.sleep)
+    assert "answered 401" in str(err.value) and "the server wants an API key: set topolaunch_api_key" in str(err.value)
+
+
+def test_api_key_goes_to_model_info_and_generate_only():
+    clock, server = Clock(), Server()
+    verify(PLAN, http=server, api_key=KEY, http_timeout=7, clock=clock, sleep=clock.sleep)
+    sent = {c["path"]: c["headers"].get("Authorization") for c in server.calls}
+    assert sent == {"/health": None, "/model_info": "Bearer " + KEY, "/generate": "Bearer " + KEY}
+    assert {c["timeout"] for c in server.calls} == {7}
+    with pytest.raises(HealthError) as err:
+        verify(PLAN, http=Server(model_info=[(401, {"error": "Unauthorized"})]), api_key=KEY, clock=clock,
+               sleep=clock.sleep)
+    assert "refused our API key" in str(err.value) and KEY not in str(err.value)
+
+
+def test_wildcard_and_ipv6_listen_addresses_are_reached_via_loopback():
+    assert base_url("0.0.0.0", 30000) == "http://127.0.0.1:30000"
+    assert base_url("::", 30000) == "http://[::1]:30000"
+    assert base_url("fd00::5", 30000) == "http://[fd00::5]:30000"
+    assert base_url(None, 30000) == "http://127.0.0.1:30000"
+
+
+def test_death_while_starting_carries_the_plan(state, closed_port):
+    state_dir, _ = state
+    clock = Clock()
+    unit = Unit([(active(ActiveState="failed", SubState="failed", Result="signal", ExecMainCode="2",
+                         ExecMainStatus="9"), CRASH)])
+    server = Server()
+    with pytest.raises(HealthError) as err:
+        _check(state_dir, unit, server, clock)
+    assert "died while starting" in str(err.value) and "torch.OutOfMemoryError" in str(err.value)
+    assert err.value.result["plan"] == PLAN and err.value.result["state"] == "dead"
+    assert server.calls == []
+
+
+@pytest.mark.parametrize("content, why", [
+    (None, "No such file or directory"),
+    ("{not json", "not JSON"),
+    ("[1, 2]", "not a JSON object"),
+    ('{"port": "30000"}', "its port '30000' is not a port number"),
+])
+def test_a_missing_or_bad_plan_says_the_launch_stage_writes_it(tmp_path, content, why):
+    path = tmp_path / "current_plan.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(HealthError) as err:
+        read_plan(str(path))
+    msg = str(err.value)
+    assert msg.startswith("Cannot read the plan the unit runs, %s: " % path) and why in msg
+    assert "The launch stage writes it" in msg and err.value.result == {}
+
+
+# ------------------------------------------------------------------------------------------ the module's main()
+def run_module(args, capsys, monkeypatch, unit, server, check_mode=False):
+    clock = Clock()
+    monkeypatch.setattr(sglang_wait, "check", functools.partial(module_health.check, run=unit.run, http=server,
+                                                                clock=clock, sleep=clock.sleep))
+    if check_mode:
+        args = dict(args, _ansible_check_mode=True)
+    with patch_module_args(args), pytest.raises(SystemExit) as exc:
+        sglang_wait.main()
+    out = capsys.readouterr().out
+    return exc.value.code, json.loads(out), out
+
+
+def module_args(state_dir, **kw):
+    return dict({"plan_path": str(state_dir / "current_plan.json"),
+                 "last_good_path": str(state_dir / "last_good_plan.json"), "verify": True}, **kw)
+
+
+def test_module_verifies_records_and_keeps_the_key_out_of_its_output(state, ready_on_30000, capsys, monkeypatch):
+    state_dir, raw = state
+    server = Server()
+    rc, res, out = run_module(module_args(state_dir, api_key=KEY), capsys, monkeypatch, Unit([(active(), LOG)]), server)
+    assert rc == 0 and res["changed"] is True and res["state"] == "ready" and res["generated_tokens"] == 8
+    assert res["plan"] == PLAN and (state_dir / "last_good_plan.json").read_bytes() == raw
+    assert server.calls[1]["headers"]["Authorization"] == "Bearer " + KEY          # sent...
+    assert KEY not in out                                                             # ...but never shown
+    rc, res, _ = run_module(module_args(state_dir, api_key=KEY), capsys, monkeypatch, Unit([(active(), LOG)]),
+                            Server())
+    assert rc == 0 and res["changed"] is False
+
+
+def test_module_check_mode_reports_the_change_without_writing(state, ready_on_30000, capsys, monkeypatch):
+    state_dir, _ = state
+    rc, res, _ = run_module(module_args(state_dir), capsys, monkeypatch, Unit([(active(), LOG)]), Server(),
+                            check_mode=True)
+    assert rc == 0 and res["changed"] is True and res["verified"] is True
+    assert not (state_dir / "last_good_plan.json").exists()
+
+
+def test_module_failures_carry_the_plan(state, ready_on_30000, capsys, monkeypatch):
+    state_dir, _ = state
+    rc, res, out = run_module(module_args(state_dir, api_key=KEY), capsys, monkeypatch, Unit([(active(), LOG)]),
+                              Server(generate=[(200, {"text": "", "meta_info": {"completion_tokens": 0}})]))
+    assert rc == 1 and res["failed"] is True and res["msg"].startswith("/generate returned no tokens")
+    assert res["plan"] == PLAN and KEY not in out
+    assert not (state_dir / "last_good_plan.json").exists()
+    dead = Unit([(active(ActiveState="failed", SubState="failed", Result="exit-code", ExecMainCode="1",
+                         ExecMainStatus="1"), CRASH)])
+    rc, res, _ = run_module(module_args(state_dir), capsys, monkeypatch, dead, Server())
+    assert rc == 1 and "died while starting" in res["msg"] and res["plan"] == PLAN
+    assert res["error_lines"] == error_lines(CRASH)
+
+
+def test_module_without_a_plan_fails_before_watching(tmp_path, capsys, monkeypatch):
+    unit = Unit([(active(), LOG)])
+    rc, res, _ = run_module(module_args(tmp_path), capsys, monkeypatch, unit, Server())
+    assert rc == 1 and "The launch stage writes it" in res["msg"] and "plan" not in res
+    assert unit.calls == []
+
+
+def test_module_refuses_a_zero_timeout(state, capsys, monkeypatch):
+    state_dir, _ = state
+    rc, res, _ = run_module(module_args(state_dir, ready_timeout=0), capsys, monkeypatch, Unit([]), Server())
+    assert rc == 1 and res["msg"] == "ready_timeout 0.0: must be greater than 0"
+
+
+# ------------------------------------------------------------------------------------------ the real simulator
+def test_verify_against_the_simulator(tmp_path, sim_site):  # noqa: F811  pylint: disable=redefined-outer-name
+    """The default HTTP function against a real simulated server: /health (503 while it starts), the key."""
+    lab = Lab(tmp_path, sim_site)
+    try:
+        server = lab.launch("--model-path", lab.model("llama-2-7b"), "--served-model-name", "llama",
+                            "--api-key", KEY)
+        plan = {"host": "127.0.0.1", "port": server.port, "model_path": lab.model("llama-2-7b"),
+                "served_model_name": "llama"}
+        # Asked before the port opens: no answer (connection refused), maybe 503 while it starts, then 200.
+        statuses = []
+
+        def recorded(method, url, **kw):
+            status, text = module_health.http_request(method, url, **kw)
+            statuses.append((url.rsplit("/", 1)[1], status))
+            return status, text
+
+        res = verify(plan, http=recorded, api_key=KEY, ready_timeout=30, max_new_tokens=4, poll_s=0.05)
+        assert statuses[0] == ("health", 0) and statuses[-3:] == [("health", 200), ("model_info", 200),
+                                                                    ("generate", 200)]
+        assert res["generated_tokens"] == 4 and len(res["generated_text"].split()) == 4
+        assert res["url"] == "http://127.0.0.1:%d" % server.port
+        with pytest.raises(HealthError) as err:
+            verify(plan, api_key="wrong-key", ready_timeout=5)
+        assert "/model_info answered 401" in str(err.value) and "refused our API key" in str(err.value)
+        other = dict(plan, model_path="/srv/models/glm-5-nvfp4", served_model_name="glm-5-nvfp4")
+        with pytest.raises(HealthError, match="serves .*llama-2-7b, not /srv/models/glm-5-nvfp4"):
+            verify(other, api_key=KEY, ready_timeout=5)
+    finally:
+        lab.cleanup()
+    with pytest.raises(HealthError, match=r"did not answer 200 within 0.3 s .*got no answer"):
+        verify({"port": free_port()}, ready_timeout=0.3, poll_s=0.05)
