@@ -12,11 +12,31 @@ description:
   - Every layout for the GPU count is a candidate, valid or not with all its reasons; C(auto) ranks valid ones by
     measured results for this model and topology fingerprint, else by a documented heuristic score.
   - An invalid explicit layout, or any bad input, fails with every reason before anything changes on a host.
-  - Changes nothing; runs the same in check mode. Stdlib only; reads the model directory on the target.
+  - Changes nothing on the host; runs the same in check mode. Reads the model directory on the target, and NVML
+    there (like gpu_topology, so under the tools venv python) when neither O(topology) nor O(node_topologies) is
+    given.
+  - An action plugin of the same name handles O(results_dir) and O(save_to) on the controller.
 options:
   topology:
-    description: The gpu_topology facts of this host (node 0 when O(node_topologies) is given).
+    description:
+      - The gpu_topology facts of this host (node 0 when O(node_topologies) is given).
+      - Omitted (and no O(node_topologies)) - the module reads them through NVML and returns them as
+        C(ansible_facts.gpu_topology).
     type: dict
+  sysfs_root:
+    description: sysfs root for the NUMA fallback when the module reads the topology itself.
+    type: path
+    default: /sys
+  results_dir:
+    description:
+      - Controller-side (action plugin) - the bench stage's results tree on the controller; its measured records
+        are added to O(measured). A missing directory adds none.
+    type: path
+  save_to:
+    description:
+      - Controller-side (action plugin) - write the plan there on the controller as pretty JSON (directories made,
+        0644, only when changed), in check mode too.
+    type: path
   node_topologies:
     description: One gpu_topology facts mapping per node, in node-rank order (multi-node).
     type: list
@@ -83,6 +103,15 @@ author:
 """
 
 EXAMPLES = r"""
+- name: Plan on the host (reading its topology), rank by the controller's results, keep the plan there
+  sglang_plan:
+    model_path: /srv/models/glm-5-nvfp4
+    layout: auto
+    results_dir: "{{ playbook_dir }}/results"
+    save_to: "{{ playbook_dir }}/artifacts/{{ inventory_hostname }}/plan.json"
+  vars:
+    ansible_python_interpreter: /opt/topolaunch/tools/bin/python
+
 - name: Plan the field launch
   sglang_plan:
     topology: "{{ ansible_facts.gpu_topology }}"
@@ -96,6 +125,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+ansible_facts:
+  description: C(gpu_topology), when the module read the topology itself.
+  returned: when neither topology nor node_topologies was given
+  type: dict
+saved_to:
+  description: Where the action plugin saved the plan on the controller.
+  returned: when save_to was given
+  type: str
 plan:
   description: The plan (docs/DESIGN.md "sglang_plan result") - layout, gpu_indices, cuda_visible_devices, env, argv,
     pp_layer_partition, memory, candidates, reason, warnings, topology_fingerprint, model_name, per_node (multi-node).
@@ -125,6 +162,7 @@ candidates:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.topolaunch.planner import PlanError, candidate_table, plan, render_report
+from ansible.module_utils.topolaunch.topology import TopologyError, import_nvml, read_topology
 
 ARGUMENT_SPEC = {
     "topology": {"type": "dict"},
@@ -144,20 +182,31 @@ ARGUMENT_SPEC = {
     "gpus": {"type": "list", "elements": "int"},
     "pp_layer_partition": {"type": "list", "elements": "int"},
     "sglang_python": {"type": "str"},
+    "sysfs_root": {"type": "path", "default": "/sys"},
+    "results_dir": {"type": "path"},
+    "save_to": {"type": "path"},
 }
+CONTROLLER_ONLY = ("sysfs_root", "results_dir", "save_to")
 
 
 def main():
-    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, required_one_of=[("topology", "node_topologies")],
-                           supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = dict(module.params)
     python = p.pop("sglang_python")
+    facts = {}
+    if p["topology"] is None and p["node_topologies"] is None:
+        try:
+            p["topology"] = facts["gpu_topology"] = read_topology(import_nvml(), p["sysfs_root"])
+        except TopologyError as exc:
+            module.fail_json(msg="sglang_plan: reading the GPU topology: %s" % exc)
+    for key in CONTROLLER_ONLY:
+        p.pop(key)
     try:
         result = plan(**p)
     except PlanError as exc:
         module.fail_json(msg="sglang_plan: %d problem(s): %s" % (len(exc.reasons), " | ".join(exc.reasons)),
                          reasons=exc.reasons, candidates=candidate_table(exc.partial.get("candidates", [])))
-    module.exit_json(changed=False, plan=result, report=render_report(result, python))
+    module.exit_json(changed=False, plan=result, report=render_report(result, python), ansible_facts=facts)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Benchmark results: parse sglang.bench_serving JSON lines, store runs, summarize, feed the planner.
 
-Plain Python 3.9+ stdlib. Used by the bench_record / bench_measured modules (on the controller) and by
+Plain Python 3.9+ stdlib. Used by the bench_record module and the sglang_plan action plugin (on the controller) and by
 tools/report.py.
 
 On-disk layout (one directory per model x topology fingerprint x layout, one run per id):

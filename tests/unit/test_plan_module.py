@@ -6,6 +6,7 @@ import pytest
 import sglang_plan
 from ansible.module_utils.testing import patch_module_args
 from plan_cases import FIELD_ARGS, model_path, synth_facts
+from topology_cases import make_sysfs
 
 
 def run_module(args, capsys, check_mode=False):
@@ -54,9 +55,28 @@ def test_module_fails_with_every_reason(vnuma, capsys):
     assert any(line.split()[0] == "tp3pp2" and " no " in line for line in out["candidates"][1:])
 
 
-def test_module_needs_a_topology(capsys):
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_module_reads_the_topology_when_not_given(fake_nvml, tmp_path, capsys, check_mode):
+    spec = fake_nvml.use("proxmox-8x-rtx-pro-6000-vnuma", init=False)
+    code, out = run_module({"model_path": model_path("glm-5-nvfp4"), "layout": "tp8",
+                            "sysfs_root": make_sysfs(tmp_path, spec)}, capsys, check_mode)
+    assert code == 0, out
+    facts = out["ansible_facts"]["gpu_topology"]
+    assert facts["gpu_count"] == 8 and facts["islands"]["numa"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert out["plan"]["topology_fingerprint"] == facts["fingerprint"]
+
+
+def test_module_given_a_topology_returns_no_facts(vnuma, capsys):
+    code, out = run_module({"topology": vnuma, "model_path": model_path("glm-5-nvfp4"), "layout": "tp8"}, capsys)
+    assert code == 0 and out["ansible_facts"] == {}
+
+
+def test_module_without_topology_or_nvml_says_why(fake_nvml, tmp_path, capsys, monkeypatch):
+    fake_nvml.use("proxmox-8x-rtx-pro-6000-vnuma", init=False)
+    monkeypatch.setenv("FAKE_NVML_SPEC", str(tmp_path / "missing.json"))   # the fake: driver not loaded
     code, out = run_module({"model_path": model_path("glm-5-nvfp4")}, capsys)
-    assert code == 1 and "one of the following is required: topology, node_topologies" in out["msg"]
+    assert code == 1 and out["msg"].startswith("sglang_plan: reading the GPU topology: ")
+    assert "kernel driver not loaded" in out["msg"]
 
 
 def test_module_reads_a_model_given_directly(vnuma, capsys):

@@ -1,11 +1,11 @@
-"""bench_record and bench_measured modules: thin wrappers, run through main() as Ansible would."""
+"""bench_record module: a thin wrapper, run through main() as Ansible would; what it records is measured."""
 import json
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-import bench_measured
 import bench_record
+from topolaunch.results import load_runs, measured_records
 from test_results import bench_line
 
 
@@ -29,9 +29,8 @@ def test_record_then_measured(tmp_path, capsys):
     rc, out = run(bench_record, record_args(tmp_path), capsys)
     assert rc == 0 and out["changed"] is True and out["failures"] == [] and out["message"] == ""
     assert out["run_id"] == "20261130T101502Z"
-    rc, out = run(bench_measured, {"results_dir": str(tmp_path), "topology_fingerprint": "a1b2c3d4e5f6"}, capsys)
-    assert rc == 0 and out["changed"] is False
-    assert [(m["layout"], m["max_concurrency"], m["output_throughput"]) for m in out["measured"]] == [("tp8", 1, 321.0)]
+    measured = measured_records(load_runs(str(tmp_path)), fingerprint="a1b2c3d4e5f6")
+    assert [(m["layout"], m["max_concurrency"], m["output_throughput"]) for m in measured] == [("tp8", 1, 321.0)]
 
 
 def test_record_partial_reports_the_failure(tmp_path, capsys):
@@ -39,8 +38,7 @@ def test_record_partial_reports_the_failure(tmp_path, capsys):
     assert rc == 0
     assert out["message"] == "bench of tp8 failed at concurrency 1: completed 3 of 8 prompts"
     assert any(f.endswith(".error.json") for f in out["files"])
-    rc, out = run(bench_measured, {"results_dir": str(tmp_path)}, capsys)
-    assert out["measured"] == []  # a partial point is not a fair number
+    assert measured_records(load_runs(str(tmp_path))) == []  # a partial point is not a fair number
 
 
 def test_record_check_mode_writes_nothing(tmp_path, capsys):
@@ -54,8 +52,3 @@ def test_record_bad_input_fails_by_name(tmp_path, capsys):
     rc, out = run(bench_record, args, capsys)
     assert rc == 1 and out["msg"] == "bench_record: not an ISO 8601 time: 'yesterday'"
     assert list(tmp_path.iterdir()) == []
-
-
-def test_measured_on_missing_dir_is_empty(tmp_path, capsys):
-    rc, out = run(bench_measured, {"results_dir": str(tmp_path / "none")}, capsys)
-    assert rc == 0 and out["measured"] == []
