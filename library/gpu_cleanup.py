@@ -71,15 +71,24 @@ options:
     description: A GPU with no process counts as released when its used memory is at most this (driver baseline).
     type: int
     default: 2048
+  stop_unit:
+    description:
+      - First stop I(unit_name) (C(systemctl stop), the whole cgroup; systemd SIGKILLs what outlives the unit's
+        C(TimeoutStopSec)), after checking that no foreign process holds our GPUs or port (that check fails before
+        anything is stopped). The result's C(unit) says how it stopped.
+    type: bool
+    default: false
 author: topolaunch
 """
 
 EXAMPLES = r"""
-- name: Stop what is left on our GPUs
+- name: Stop our unit, then what is left of it on our GPUs
   gpu_cleanup:
     gpu_indices: [0, 1, 2, 3, 4, 5, 6, 7]
     ports: [30000]
     service_user: sglang
+    unit_name: topolaunch-sglang.service
+    stop_unit: true
   vars:
     ansible_python_interpreter: /opt/topolaunch/tools/bin/python
 """
@@ -113,6 +122,13 @@ ports:
   returned: always
   type: list
   elements: int
+unit:
+  description: With I(stop_unit), how the unit stopped - name, load_state, was (ActiveState before), stopped,
+    would_stop (check mode), seconds, result (systemd's Result after the stop), sigkilled (Result is timeout).
+  returned: when stop_unit is true
+  type: dict
+  sample: {name: topolaunch-sglang.service, load_state: loaded, was: active, stopped: true, would_stop: false,
+           seconds: 4.1, result: success, sigkilled: false}
 running_plan:
   description: The state file whose GPUs and port were added, or null.
   returned: always
@@ -153,6 +169,7 @@ def main():
             "poll_interval": {"type": "float", "default": 0.2},
             "stop_foreign": {"type": "bool", "default": False},
             "memory_threshold_mib": {"type": "int", "default": 2048},
+            "stop_unit": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )

@@ -1,9 +1,9 @@
 """Stop what is left of our SGLang server on our GPUs, and nothing else.
 
-`cleanup(opts, nvml, check_mode)` is the logic of the `gpu_cleanup` module. It runs after systemd stopped our
-unit (whose cgroup holds the whole process tree) and deals with what escaped it: schedulers re-parented to PID 1
-after their launcher died (sgl-project/sglang#23627), a server started by hand as the service user, a launcher
-that still listens on our port.
+`cleanup(opts, nvml, check_mode)` is the logic of the `gpu_cleanup` module. With `stop_unit` it first stops our
+systemd unit (whose cgroup holds the whole process tree; systemd escalates SIGTERM to SIGKILL after the unit's
+TimeoutStopSec), then deals with what escaped it: schedulers re-parented to PID 1 after their launcher died
+(sgl-project/sglang#23627), a server started by hand as the service user, a launcher that still listens on our port.
 
 1. Find the processes that hold memory on *our* GPUs (NVML compute processes) or listen on our port(s).
 2. Classify each one. Ours: in our unit's cgroup, or running as our service user (a process with SGLang's
@@ -11,23 +11,28 @@ that still listens on our port.
    as our service user: another user's SGLang is not ours). Everything else is foreign. A foreign process on one
    of our GPUs or on our port fails the run before anything is signalled, naming pid, user, command line and GPU,
    unless `stop_foreign` is set. Processes on other GPUs are never looked at beyond being listed.
-3. SIGTERM ours, wait until they are gone (deadline `term_timeout`), SIGKILL the survivors (deadline
+   This check runs before the unit is stopped: a foreign process on our GPUs leaves our server running.
+3. Stop the unit (`stop_unit`): `systemctl stop`, then its Result says whether systemd had to SIGKILL it.
+4. SIGTERM ours, wait until they are gone (deadline `term_timeout`), SIGKILL the survivors (deadline
    `kill_timeout`).
-4. Wait until NVML lists no process on our GPUs, their used memory is at or below `memory_threshold_mib`,
+5. Wait until NVML lists no process on our GPUs, their used memory is at or below `memory_threshold_mib`,
    and nothing listens on our port(s) (deadline `release_timeout`). Every timeout says what it waited for.
 
 Processes are identified by (pid, starttime) so that a reused pid is never signalled; signals go through a
 pidfd where the kernel has them. Plain Python 3.9+ stdlib; NVML only through the `nvml` argument (pynvml or
-anything with the same functions), /proc through `proc_root`.
+anything with the same functions), /proc through `proc_root`, systemctl through `run(argv) -> (rc, out, err)`.
 """
 import json
 import os
 import pwd
 import signal
+import subprocess
 import time
 
+from .health import parse_show
+
 __all__ = ["CleanupError", "cleanup", "classify", "in_unit_cgroup", "read_process", "listening_inodes",
-           "port_holders", "gpu_holders", "union_with_current_plan", "DEFAULTS"]
+           "port_holders", "gpu_holders", "union_with_current_plan", "stop_unit", "DEFAULTS"]
 
 DEFAULTS = {
     "gpu_indices": [],
@@ -43,6 +48,7 @@ DEFAULTS = {
     "poll_interval": 0.2,
     "stop_foreign": False,
     "memory_threshold_mib": 2048,
+    "stop_unit": False,
 }
 MIB = 1024 * 1024
 TCP_LISTEN = "0A"            # st column of /proc/net/tcp{,6}
@@ -55,6 +61,11 @@ class CleanupError(Exception):
     def __init__(self, msg, result=None):
         super().__init__(msg)
         self.result = result or {}
+
+
+def _run(argv):
+    p = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return p.returncode, p.stdout, p.stderr
 
 
 # ---------------------------------------------------------------------------------------------------- /proc
@@ -335,6 +346,56 @@ def _scan(nvml, handles, all_handles, opts, service_uid, proc_root):
     return found, others
 
 
+def _refuse_foreign(found, opts, result):
+    """Fail, naming them, when processes that are not ours hold our GPUs/port (unless stop_foreign)."""
+    foreign = [p for p in found if not p["ours"]]
+    if not foreign or opts["stop_foreign"]:
+        return
+    done = []
+    if result.get("unit", {}).get("stopped"):
+        done.append(opts["unit_name"])
+    done += [str(p["pid"]) for p in result["stopped"]]
+    raise CleanupError(
+        "a process that is not ours holds %s: %s. Nothing of it was touched%s. Stop it yourself, or let "
+        "cleanup stop it with cleanup_stop_foreign=true (ours = in %s, or running as user %s)."
+        % ("our GPU/port" if len(foreign) == 1 else "our GPUs/port", "; ".join(_describe(p) for p in foreign),
+           " (already stopped: %s)" % ", ".join(done) if done
+           else "; our server was left running" if opts["stop_unit"] else "",
+           opts["unit_name"], opts["service_user"]),
+        result)
+
+
+def _unit_state(unit, run):
+    rc, out, err = run(["systemctl", "show", "--property=LoadState,ActiveState,SubState,Result", unit])
+    if rc != 0:
+        raise CleanupError("systemctl show %s failed (rc %s): %s" % (unit, rc, err.strip()))
+    return parse_show(out)
+
+
+def stop_unit(unit, run=_run, check_mode=False, clock=time.monotonic):
+    """Stop our unit and with it its whole cgroup; systemd SIGKILLs what did not end on SIGTERM in TimeoutStopSec.
+
+    Returns {name, load_state, was, stopped, would_stop, seconds, result, sigkilled}; a unit that is not loaded,
+    inactive or failed has nothing to stop."""
+    before = _unit_state(unit, run)
+    out = {"name": unit, "load_state": before.get("LoadState"), "was": before.get("ActiveState"),
+           "stopped": False, "would_stop": False, "sigkilled": False}
+    if before.get("LoadState") != "loaded" or before.get("ActiveState") in ("inactive", "failed"):
+        return out
+    if check_mode:
+        out["would_stop"] = True
+        return out
+    t0 = clock()
+    rc, _, err = run(["systemctl", "stop", unit])
+    after = _unit_state(unit, run)
+    out.update(stopped=rc == 0, seconds=round(clock() - t0, 2), result=after.get("Result"),
+               sigkilled=after.get("Result") == "timeout")
+    if rc != 0:
+        raise CleanupError("systemctl stop %s failed (rc %s): %s; it is %s now" % (
+            unit, rc, err.strip(), after.get("ActiveState")), {"unit": out})
+    return out
+
+
 def _release_state(nvml, handles, opts, threshold, proc_root):
     """What still blocks: list of human-readable reasons (empty when released), and per-GPU memory."""
     blocking, memory = [], {}
@@ -353,7 +414,7 @@ def _release_state(nvml, handles, opts, threshold, proc_root):
     return blocking, memory
 
 
-def cleanup(opts, nvml, check_mode=False, proc_root="/proc", clock=time.monotonic, sleep=time.sleep):
+def cleanup(opts, nvml, check_mode=False, proc_root="/proc", clock=time.monotonic, sleep=time.sleep, run=_run):
     """Run the cleanup; returns the result dict of the module. Raises CleanupError (with .result) on failure."""
     o = dict(DEFAULTS)
     o.update({k: v for k, v in opts.items() if v is not None})
@@ -375,6 +436,10 @@ def cleanup(opts, nvml, check_mode=False, proc_root="/proc", clock=time.monotoni
         result = {"changed": False, "gpu_indices": gpu_indices, "ports": ports, "running_plan": plan_source,
                   "stopped": [], "would_stop": [], "left_alone": [], "gpus": []}
         memory_before = {i: _used_bytes(nvml, h) for i, h in handles.items()}
+        if o["stop_unit"]:
+            _refuse_foreign(_scan(nvml, handles, all_handles, o, service_uid, proc_root)[0], o, result)
+            result["unit"] = stop_unit(o["unit_name"], run, check_mode, clock)
+            result["changed"] = result["unit"]["stopped"] or result["unit"]["would_stop"]
 
         rounds = 0
         release_deadline = None
@@ -382,15 +447,7 @@ def cleanup(opts, nvml, check_mode=False, proc_root="/proc", clock=time.monotoni
             found, others = _scan(nvml, handles, all_handles, o, service_uid, proc_root)
             if rounds == 0:
                 result["left_alone"] = others
-            foreign = [p for p in found if not p["ours"]]
-            if foreign and not o["stop_foreign"]:
-                done = " (already stopped: %s)" % ", ".join(str(s["pid"]) for s in result["stopped"]) if result["stopped"] else ""
-                raise CleanupError(
-                    "a process that is not ours holds %s: %s. Nothing of it was touched%s. Stop it yourself, or let "
-                    "cleanup stop it with cleanup_stop_foreign=true (ours = in %s, or running as user %s)."
-                    % ("our GPU/port" if len(foreign) == 1 else "our GPUs/port",
-                       "; ".join(_describe(p) for p in foreign), done, o["unit_name"], o["service_user"]),
-                    result)
+            _refuse_foreign(found, o, result)
             if found and check_mode:
                 result["would_stop"] = [_public(p) for p in found]
                 result["changed"] = True
@@ -404,7 +461,7 @@ def cleanup(opts, nvml, check_mode=False, proc_root="/proc", clock=time.monotoni
                     _stop(found, o, proc_root, clock, sleep)
                 finally:
                     result["stopped"].extend(_public(p) for p in found if "signal" in p)
-                    result["changed"] = bool(result["stopped"])
+                    result["changed"] = result["changed"] or bool(result["stopped"])
                 release_deadline = None
                 continue
             if check_mode:
@@ -431,6 +488,20 @@ def cleanup(opts, nvml, check_mode=False, proc_root="/proc", clock=time.monotoni
 
 
 def _summary(result, check_mode):
+    unit = result.get("unit") or {}
+    if unit.get("would_stop"):
+        head = "would stop %s; " % unit["name"]
+    elif unit.get("sigkilled"):
+        head = ("%s did not stop on SIGTERM within its TimeoutStopSec: systemd SIGKILLed its processes (Result=%s); "
+                % (unit["name"], unit["result"]))
+    elif unit.get("stopped"):
+        head = "stopped %s in %.1f s; " % (unit["name"], unit["seconds"])
+    else:
+        head = "%s was not running; " % unit["name"] if unit else ""
+    return head + _summary_processes(result, check_mode)
+
+
+def _summary_processes(result, check_mode):
     gpus = ",".join(str(i) for i in result["gpu_indices"]) or "none"
     if check_mode:
         items = result["would_stop"]

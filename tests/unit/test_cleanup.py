@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from topolaunch.cleanup import CleanupError, classify, cleanup, in_unit_cgroup, read_process
+from topolaunch.cleanup import CleanupError, _summary, classify, cleanup, in_unit_cgroup, read_process, stop_unit
 
 SPEC = "proxmox-8x-rtx-pro-6000-vnuma"        # 8 GPUs, 560 MiB used with no process
 GIB = 1 << 30
@@ -289,6 +289,97 @@ def test_unreadable_running_plan_is_named(nvml, tmp_path):
     (tmp_path / "current_plan.json").write_text("{not json")
     with pytest.raises(CleanupError, match="cannot read the running plan .*current_plan.json"):
         cleanup(_opts(tmp_path), nvml)
+
+
+# ------------------------------------------------------------------------------------------- stopping the unit
+
+class FakeSystemctl:
+    """systemctl show/stop of one unit: records the calls; a stop moves the unit to `after`, running `on_stop`."""
+
+    def __init__(self, before, after=None, stop_rc=0, on_stop=None):
+        self.state, self.after, self.stop_rc, self.on_stop = dict(before), after, stop_rc, on_stop
+        self.calls = []
+
+    def __call__(self, argv):
+        self.calls.append(argv[:2])
+        if argv[1] == "show":
+            return 0, "".join("%s=%s\n" % kv for kv in self.state.items()), ""
+        assert argv[1] == "stop", argv
+        if self.stop_rc:
+            return self.stop_rc, "", "Job for x failed."
+        if self.on_stop:
+            self.on_stop()
+        self.state.update(self.after or {"ActiveState": "inactive", "SubState": "dead", "Result": "success"})
+        return 0, "", ""
+
+    def stops(self):
+        return [c for c in self.calls if c[1] == "stop"]
+
+
+ACTIVE = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "Result": "success"}
+
+
+@pytest.mark.parametrize("before", [
+    {"LoadState": "not-found", "ActiveState": "inactive", "SubState": "dead", "Result": "success"},
+    {"LoadState": "loaded", "ActiveState": "inactive", "SubState": "dead", "Result": "success"},
+    {"LoadState": "loaded", "ActiveState": "failed", "SubState": "failed", "Result": "exit-code"},
+])
+def test_stop_unit_leaves_a_unit_that_is_not_running_alone(before):
+    fake = FakeSystemctl(before)
+    out = stop_unit("u.service", fake)
+    assert fake.stops() == [] and out["stopped"] is False and out["would_stop"] is False
+
+
+@pytest.mark.parametrize("before", [ACTIVE, dict(ACTIVE, ActiveState="activating", SubState="auto-restart")])
+def test_stop_unit_stops_a_running_or_restarting_unit(before):
+    fake = FakeSystemctl(before)
+    out = stop_unit("u.service", fake)
+    assert fake.stops() == [["systemctl", "stop"]]
+    assert out["stopped"] is True and out["sigkilled"] is False and out["result"] == "success"
+
+
+def test_stop_unit_says_when_systemd_had_to_sigkill():
+    fake = FakeSystemctl(ACTIVE, after={"ActiveState": "inactive", "SubState": "dead", "Result": "timeout"})
+    out = stop_unit("u.service", fake)
+    assert out["sigkilled"] is True
+    summary = _summary({"unit": out, "gpu_indices": [0], "stopped": [], "elapsed_s": 1.0}, False)
+    assert summary.startswith("u.service did not stop on SIGTERM within its TimeoutStopSec: systemd SIGKILLed "
+                              "its processes (Result=timeout); nothing left on GPUs 0")
+
+
+def test_stop_unit_check_mode_stops_nothing():
+    fake = FakeSystemctl(ACTIVE)
+    out = stop_unit("u.service", fake, check_mode=True)
+    assert fake.stops() == [] and out["would_stop"] is True and out["stopped"] is False
+
+
+def test_stop_unit_failure_is_named():
+    with pytest.raises(CleanupError, match=r"systemctl stop u.service failed \(rc 1\): Job for x failed.; it is active"):
+        stop_unit("u.service", FakeSystemctl(ACTIVE, stop_rc=1))
+
+
+@needs_root
+def test_foreign_process_on_our_gpu_fails_before_the_unit_is_stopped(nvml, procs, tmp_path):
+    foreign = procs.spawn(None, OTHER, gpus=[1], body="sleep 604")
+    fake = FakeSystemctl(ACTIVE)
+    with pytest.raises(CleanupError) as err:
+        cleanup(_opts(tmp_path, stop_unit=True), nvml, run=fake)
+    assert "pid %d user %s" % (foreign, OTHER) in str(err.value) and "our server was left running" in str(err.value)
+    assert fake.stops() == [] and _alive(foreign)
+
+
+@needs_root
+def test_stop_unit_then_leftovers_of_our_server(nvml, procs, tmp_path):
+    in_unit = procs.spawn("sglang::scheduler_PP0_TP0", OURS, gpus=[0])
+    orphan = procs.spawn("sglang::scheduler_PP0_TP1", OURS, gpus=[1])
+    # systemd's stop ends what is in the cgroup; the second one escaped it (re-parented) and is left for cleanup.
+    fake = FakeSystemctl(ACTIVE, on_stop=lambda: (os.kill(in_unit, 9),
+                                                  _wait_for(lambda: not _alive(in_unit), "pid %d to die" % in_unit)))
+
+    res = cleanup(_opts(tmp_path, stop_unit=True), nvml, run=fake)
+    assert fake.stops() == [["systemctl", "stop"]] and res["unit"]["stopped"] is True
+    assert [p["pid"] for p in res["stopped"]] == [orphan] and not _alive(orphan)
+    assert res["summary"].startswith("stopped topolaunch-sglang.service in ") and "stopped 1 process(es)" in res["summary"]
 
 
 # ------------------------------------------------------------------------------------------- module main()
