@@ -10,7 +10,11 @@ SGLANG_SIM_LOAD_SECONDS=0 and SGLANG_SIM_CAPTURE_SECONDS=0. Prints, medians over
             starts spend systemd's start limit; the launch role clears it too), start it, poll /health
   ratio     ansible / shell (goal <= 1.5)
   server    the server's own start in the ansible runs: unit start until SGLang's ready line (from the journal)
-  overhead  ansible - server: what the relaunch adds (goal < 15 s)
+  stop      the old server's own stop in the ansible runs: systemd's "Stopping" to "Stopped" (from the journal).
+            SGLang notices SIGTERM on its next 5 s watchdog tick (sigterm_watchdog; the simulator does the same),
+            so a stop takes 0-5 s depending on when the server started: both columns pay it
+  overhead  ansible - server: what the relaunch adds to the server's own load (goal < 15 s); also shown without
+            the old server's stop
 Takes the lab down unless --keep. Needs root, systemd-nspawn, debootstrap.
 """
 import argparse
@@ -44,31 +48,39 @@ echo "no /health 200 after 600 polls" >&2; exit 1
 """
 
 
-def server_start_seconds():
-    """Unit start -> SGLang's ready line of the current start, from the journal's timestamps."""
+def invocation():
     rc, inv = sweeplab.ssh("systemctl show -p InvocationID --value %s" % UNIT)
-    assert rc == 0, "systemctl show failed"
+    assert rc == 0 and inv.strip(), "systemctl show failed"
+    return inv.strip()
+
+
+def journal_span(inv, first, last):
+    """Seconds between the first line containing `first` and the last containing `last` in one start's journal."""
     rc, out = sweeplab.ssh("journalctl -o short-unix --no-pager _SYSTEMD_INVOCATION_ID=%s + INVOCATION_ID=%s"
-                           % (inv.strip(), inv.strip()))
-    stamps = {}
+                           % (inv, inv))
+    assert rc == 0, "journalctl failed"
+    begin = end = None
     for line in out.splitlines():
         ts = float(line.split()[0])
-        if "Started " in line and "started" not in stamps:
-            stamps["started"] = ts
-        if "The server is fired up and ready to roll!" in line:
-            stamps["ready"] = ts
-    if set(stamps) != {"started", "ready"}:
-        raise RuntimeError("journal of the last start lacks its start or ready line:\n" + out[-2000:])
-    return stamps["ready"] - stamps["started"]
+        if first in line and begin is None:
+            begin = ts
+        if last in line:
+            end = ts
+    if begin is None or end is None:
+        raise RuntimeError("journal of start %s lacks %r or %r:\n%s" % (inv, first, last, out[-2000:]))
+    return end - begin
 
 
 def ansible_relaunch(layout):
+    """(wall, the new server's start, the old server's stop) of one `--tags relaunch`."""
+    old = invocation()
     t0 = time.monotonic()
     run = sweeplab.playbook("deploy.yml", "--tags", "relaunch", "-e", "layout=%s" % layout, extra=INSTANT)
     wall = time.monotonic() - t0
     if run.returncode != 0:
         raise RuntimeError("relaunch failed (rc %d):\n%s" % (run.returncode, run.stdout[-6000:]))
-    return wall, server_start_seconds()
+    return (wall, journal_span(invocation(), "Started ", "The server is fired up and ready to roll!"),
+            journal_span(old, "Stopping ", "Stopped "))
 
 
 def shell_relaunch(port):
@@ -99,16 +111,20 @@ def main():
             sweeplab.lab("down")
     wall = statistics.median(r[0] for r in runs)
     server = statistics.median(r[1] for r in runs)
+    stop = statistics.median(r[2] for r in runs)
     sh = statistics.median(shell)
     ratio = wall / sh
     overhead = wall - server
+    beyond_stop = statistics.median(r[0] - r[1] - r[2] for r in runs)
     print("relaunch of %s on the lab (simulator loads instantly), medians of %d runs:" % (args.layout, args.runs))
     print("  ansible --tags relaunch   %6.1f s   (each: %s)" % (wall, ", ".join("%.1f" % r[0] for r in runs)))
     print("  shell over ssh            %6.1f s   (each: %s)" % (sh, ", ".join("%.1f" % s for s in shell)))
     print("  ratio                     %6.2f     goal <= %.1f: %s" % (ratio, RATIO_GOAL, "met" if ratio <= RATIO_GOAL else "NOT met"))
     print("  server's own start        %6.1f s" % server)
+    print("  old server's own stop     %6.1f s   (each: %s)" % (stop, ", ".join("%.1f" % r[2] for r in runs)))
     print("  relaunch overhead         %6.1f s   goal < %.0f s: %s" % (overhead, OVERHEAD_GOAL_S,
                                                                      "met" if overhead < OVERHEAD_GOAL_S else "NOT met"))
+    print("  ... without the stop      %6.1f s   (what topolaunch itself costs)" % beyond_stop)
     return 0
 
 
