@@ -126,6 +126,9 @@ def test_bench_tag_only_benchmarks(sweep):
     assert changed and all(t.startswith("TASK [bench : ") for t in changed), changed
     after = set(p.name for p in (sweep["dir"] / winner).glob("*.jsonl"))
     assert len(after - before) == 1
+    # The client's raw output holds the server's API key when one is set (bench_serving copies /server_info): root only.
+    rc, mode = sweeplab.ssh("stat -c '%a %U' /var/lib/topolaunch/bench")
+    assert rc == 0 and mode.split() == ["700", "root"], mode
 
 
 def test_failed_layout_is_recorded_and_the_sweep_goes_on(sweep):
