@@ -1,11 +1,11 @@
 #!/usr/bin/python
-"""Ansible module sglang_wait: watch a starting SGLang unit for one chunk, verify it once ready (logic in module_utils)."""
+"""Ansible module sglang_wait: watch a starting SGLang unit for a chunk; verify it once ready (logic in module_utils)."""
 
 DOCUMENTATION = r"""
 module: sglang_wait
 short_description: Watch a starting SGLang unit, report its milestone; once ready, verify it and record the plan
 description:
-  - Reads the plan the unit runs (I(plan_path), written by the launch stage): the server's host, port and model come
+  - Reads the plan the unit runs (I(plan_path), written by the launch stage). The server's host, port and model come
     from it, and every result (failures included) returns it as C(plan).
   - Polls the systemd unit, its journal (this start only, by InvocationID) and the server port.
   - Returns as soon as the server is ready (port open and SGLang's ready line logged), a new milestone is reached
@@ -13,10 +13,10 @@ description:
     progress between calls.
   - Fails at once when the unit died or systemd restarted it, with the log lines of this start that carry the error,
     and when the server is not ready I(startup_timeout) seconds after the unit's start.
-  - With I(verify), a ready server is asked in the same call; GET /health until 200 (503 is normal for a moment
+  - With I(verify), a ready server is asked in the same call. GET /health until 200 (503 is normal for a moment
     after the port opened; up to I(ready_timeout) seconds), GET /model_info must name the plan's model_path or
     served_model_name, POST /generate must return text and completion tokens. Then the plan is recorded as the
-    last known good one (I(last_good_path), root 0644, written only when different; C(changed) says so).
+    last known good one (I(last_good_path), root 0644, written only when different, C(changed) says so).
   - Check mode writes nothing; the wait and the HTTP checks run as usual.
 options:
   unit:
@@ -88,7 +88,7 @@ EXAMPLES = r"""
 RETURN = r"""
 state:
   description: ready, progress or waiting (on failure also dead or timeout).
-  returned: always
+  returned: when the unit was read
   type: str
 milestone:
   description: started, load_weight_begin, load_weight_end, capture_cuda_graph_begin, capture_cuda_graph_end or ready.

@@ -23,13 +23,10 @@ Plain stdlib; commands go through `run(argv) -> (rc, out, err)`, HTTP through
 """
 import http.client
 import json
-import os
 import re
 import signal
 import socket
-import stat
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -208,15 +205,15 @@ def wait_chunk(unit, host, port, invocation_id=None, known="started", chunk_s=20
 
 # ------------------------------------------------------------------------------------------ the plan
 def read_plan(path):
-    """The plan the unit runs, as (plan, raw bytes). Raises HealthError naming the file when it is missing or bad."""
+    """The plan the unit runs, as (plan, file content). Raises HealthError naming the file when it is missing or bad."""
     why = None
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
-        plan = json.loads(raw.decode("utf-8"))
+        with open(path, encoding="utf-8", newline="") as f:
+            text = f.read()
+        plan = json.loads(text)
     except OSError as err:
         why = err.strerror or str(err)
-    except ValueError as err:
+    except ValueError as err:  # UnicodeDecodeError included
         why = "not JSON (%s)" % err
     else:
         port = plan.get("port") if isinstance(plan, dict) else None
@@ -225,7 +222,7 @@ def read_plan(path):
         elif isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
             why = "its port %r is not a port number (1-65535)" % (port,)
         else:
-            return plan, raw
+            return plan, text
     raise HealthError("Cannot read the plan the unit runs, %s: %s. The launch stage writes it "
                       "(deploy.yml --tags relaunch, or --tags launch)." % (path, why))
 
@@ -322,49 +319,33 @@ def verify(plan, http=http_request, api_key="", ready_timeout=30.0, http_timeout
 
 
 # ------------------------------------------------------------------------------------------ last known good
-def record_last_good(raw, path, check_mode=False):
-    """Write `raw` (the plan's bytes) to `path` as root:root 0644 unless it is there already; True when changed.
-    Atomic (a temp file renamed into place); in check mode nothing is written. Ownership is set when run as root."""
-    as_root = os.geteuid() == 0
-    try:
-        st = os.stat(path)
-        with open(path, "rb") as f:
-            same = f.read() == raw and stat.S_IMODE(st.st_mode) == 0o644 and (
-                not as_root or (st.st_uid, st.st_gid) == (0, 0))
-    except FileNotFoundError:
-        same = False
-    if same or check_mode:
-        return not same
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".last_good.", dir=os.path.dirname(path) or ".")
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-            f.flush()
-            os.fchmod(f.fileno(), 0o644)
-            if as_root:
-                os.fchown(f.fileno(), 0, 0)
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as err:
-        raise HealthError("The server is healthy but recording it as the last known good plan failed: %s: %s"
-                          % (path, err.strerror or err)) from None
-    finally:
-        if tmp and os.path.exists(tmp):
-            os.unlink(tmp)
+def record_last_good(text, path, check_mode=False, owner=(0, 0)):
+    """Write `text` (the plan file's content) to `path`, mode 0644 and `owner` (root in production), unless it is
+    there already; True when changed (in check mode: would change; nothing is written)."""
+    # Imported here: service imports this module (parse_show).
+    from .service import file_differs, write_atomic  # pylint: disable=import-outside-toplevel
+
+    if not file_differs(path, text, 0o644, owner):
+        return False
+    if not check_mode:
+        try:
+            write_atomic(path, text, 0o644, owner)
+        except OSError as err:
+            raise HealthError("The server is healthy but recording it as the last known good plan failed: %s: %s"
+                              % (path, err.strerror or err)) from None
     return True
 
 
 # ------------------------------------------------------------------------------------------ the module
 def check(unit, plan_path, last_good_path, invocation_id=None, known="started", chunk_s=20.0, startup_timeout=0,
           journal_lines=50, verify_server=False, check_mode=False, api_key="", ready_timeout=30.0, http_timeout=60.0,
-          prompt="The capital of France is", max_new_tokens=8, run=_run, http=http_request, clock=time.monotonic,
-          sleep=time.sleep):
+          prompt="The capital of France is", max_new_tokens=8, owner=(0, 0), run=_run, http=http_request,
+          clock=time.monotonic, sleep=time.sleep):
     """One call of sglang_wait: read the plan, wait one chunk; when ready and verify_server, verify the server and
-    record the plan as last known good. Returns the wait's result plus plan (and, verified: verified,
-    last_good_changed, url, health_s, generated_tokens, generated_text). A HealthError carries the plan in its
-    result once it was read."""
-    plan, raw = read_plan(plan_path)
+    record the plan as last known good (mode 0644, `owner`). Returns the wait's result plus plan (and, verified:
+    verified, last_good_changed, url, health_s, generated_tokens, generated_text). A HealthError carries the plan
+    in its result once it was read."""
+    plan, text = read_plan(plan_path)
     try:
         result = wait_chunk(unit, plan.get("host") or "127.0.0.1", plan["port"], invocation_id=invocation_id,
                             known=known, chunk_s=chunk_s, startup_timeout=startup_timeout,
@@ -374,7 +355,7 @@ def check(unit, plan_path, last_good_path, invocation_id=None, known="started", 
             result.update(verify(plan, http=http, api_key=api_key, ready_timeout=ready_timeout,
                                  http_timeout=http_timeout, prompt=prompt, max_new_tokens=max_new_tokens,
                                  clock=clock, sleep=sleep))
-            result["last_good_changed"] = record_last_good(raw, last_good_path, check_mode=check_mode)
+            result["last_good_changed"] = record_last_good(text, last_good_path, check_mode=check_mode, owner=owner)
             result["verified"] = True
         return result
     except HealthError as exc:

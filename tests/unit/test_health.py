@@ -11,6 +11,7 @@ import socket
 import stat
 
 import pytest
+import yaml
 from ansible.module_utils.testing import patch_module_args
 
 import sglang_wait
@@ -189,6 +190,7 @@ PLAN = {"layout": {"name": "tp8", "tp": 8, "pp": 1}, "gpu_indices": list(range(8
 INFO = {"model_path": "/srv/models/glm-5-nvfp4", "is_generation": True}
 GENERATED = {"text": " Paris. The capital of Germany is", "meta_info": {"completion_tokens": 8, "prompt_tokens": 5}}
 KEY = "tl-test-key-6f1c0b9e2d"
+ME = (os.geteuid(), os.getegid())           # owner of what the tests write (root in production)
 
 
 class Server:
@@ -212,14 +214,15 @@ class Server:
 
 @pytest.fixture
 def state(tmp_path):
-    """A state directory with current_plan.json as the launch stage writes it; returns (dir, raw bytes)."""
-    raw = (json.dumps(PLAN, indent=2, sort_keys=True) + "\n").encode()
-    (tmp_path / "current_plan.json").write_bytes(raw)
-    return tmp_path, raw
+    """A state directory with current_plan.json as the launch stage writes it; returns (dir, its content)."""
+    text = json.dumps(PLAN, indent=4, sort_keys=True) + "\n"
+    (tmp_path / "current_plan.json").write_text(text)
+    return tmp_path, text
 
 
 def _check(state_dir, unit, server, clock, **kw):
     kw.setdefault("verify_server", True)
+    kw.setdefault("owner", ME)
     return check("topolaunch-sglang.service", str(state_dir / "current_plan.json"),
                  str(state_dir / "last_good_plan.json"), run=unit.run, http=server, clock=clock, sleep=clock.sleep,
                  **kw)
@@ -233,7 +236,7 @@ def ready_on_30000(monkeypatch):
 
 
 def test_ready_then_verified_and_recorded_once(state, ready_on_30000):
-    state_dir, raw = state
+    state_dir, text = state
     clock, server = Clock(), Server()
     res = _check(state_dir, Unit([(active(), LOG)]), server, clock, max_new_tokens=8, prompt="Hi there")
     assert res["state"] == "ready" and res["verified"] is True and res["plan"] == PLAN
@@ -245,7 +248,7 @@ def test_ready_then_verified_and_recorded_once(state, ready_on_30000):
     assert gen["body"] == {"text": "Hi there", "sampling_params": {"max_new_tokens": 8, "temperature": 0}}
     assert all("Authorization" not in c["headers"] for c in server.calls)          # no key set: none sent
     last_good = state_dir / "last_good_plan.json"
-    assert last_good.read_bytes() == raw and stat.S_IMODE(last_good.stat().st_mode) == 0o644
+    assert last_good.read_text() == text and stat.S_IMODE(last_good.stat().st_mode) == 0o644
     mtime = last_good.stat().st_mtime_ns
     again = _check(state_dir, Unit([(active(), LOG)]), Server(), clock)
     assert again["verified"] is True and again["last_good_changed"] is False
@@ -254,15 +257,15 @@ def test_ready_then_verified_and_recorded_once(state, ready_on_30000):
 
 
 def test_a_different_plan_or_mode_is_written_again(state, ready_on_30000):
-    state_dir, raw = state
+    state_dir, text = state
     last_good = state_dir / "last_good_plan.json"
     last_good.write_text("{}")
     last_good.chmod(0o600)
-    assert record_last_good(raw, str(last_good)) is True
-    assert last_good.read_bytes() == raw and stat.S_IMODE(last_good.stat().st_mode) == 0o644
+    assert record_last_good(text, str(last_good), owner=ME) is True
+    assert last_good.read_text() == text and stat.S_IMODE(last_good.stat().st_mode) == 0o644
     last_good.chmod(0o600)
-    assert record_last_good(raw, str(last_good)) is True and stat.S_IMODE(last_good.stat().st_mode) == 0o644
-    assert record_last_good(raw, str(last_good)) is False
+    assert record_last_good(text, str(last_good), owner=ME) is True and stat.S_IMODE(last_good.stat().st_mode) == 0o644
+    assert record_last_good(text, str(last_good), owner=ME) is False
 
 
 def test_check_mode_verifies_but_writes_nothing(state, ready_on_30000):
@@ -398,7 +401,7 @@ def test_a_missing_or_bad_plan_says_the_launch_stage_writes_it(tmp_path, content
 def run_module(args, capsys, monkeypatch, unit, server, check_mode=False):
     clock = Clock()
     monkeypatch.setattr(sglang_wait, "check", functools.partial(module_health.check, run=unit.run, http=server,
-                                                                clock=clock, sleep=clock.sleep))
+                                                                owner=ME, clock=clock, sleep=clock.sleep))
     if check_mode:
         args = dict(args, _ansible_check_mode=True)
     with patch_module_args(args), pytest.raises(SystemExit) as exc:
@@ -413,11 +416,11 @@ def module_args(state_dir, **kw):
 
 
 def test_module_verifies_records_and_keeps_the_key_out_of_its_output(state, ready_on_30000, capsys, monkeypatch):
-    state_dir, raw = state
+    state_dir, text = state
     server = Server()
     rc, res, out = run_module(module_args(state_dir, api_key=KEY), capsys, monkeypatch, Unit([(active(), LOG)]), server)
     assert rc == 0 and res["changed"] is True and res["state"] == "ready" and res["generated_tokens"] == 8
-    assert res["plan"] == PLAN and (state_dir / "last_good_plan.json").read_bytes() == raw
+    assert res["plan"] == PLAN and (state_dir / "last_good_plan.json").read_text() == text
     assert server.calls[1]["headers"]["Authorization"] == "Bearer " + KEY          # sent...
     assert KEY not in out                                                             # ...but never shown
     rc, res, _ = run_module(module_args(state_dir, api_key=KEY), capsys, monkeypatch, Unit([(active(), LOG)]),
@@ -452,6 +455,25 @@ def test_module_without_a_plan_fails_before_watching(tmp_path, capsys, monkeypat
     rc, res, _ = run_module(module_args(tmp_path), capsys, monkeypatch, unit, Server())
     assert rc == 1 and "The launch stage writes it" in res["msg"] and "plan" not in res
     assert unit.calls == []
+
+
+def test_module_documents_each_option_with_its_type_and_default(monkeypatch):
+    class Spec(Exception):
+        pass
+
+    def capture(argument_spec, **_kw):
+        raise Spec(argument_spec)
+
+    monkeypatch.setattr(sglang_wait, "AnsibleModule", capture)
+    with pytest.raises(Spec) as spec:
+        sglang_wait.main()
+    spec = spec.value.args[0]
+    options = yaml.safe_load(sglang_wait.DOCUMENTATION)["options"]
+    assert {k: (v["type"], v.get("default")) for k, v in options.items()} == {
+        k: (v["type"], v.get("default")) for k, v in spec.items()}
+    assert spec["api_key"]["no_log"] is True
+    assert yaml.safe_load(sglang_wait.EXAMPLES)[0]["sglang_wait"]["verify"] is True
+    assert {"plan", "generated_tokens", "state"} <= set(yaml.safe_load(sglang_wait.RETURN))
 
 
 def test_module_refuses_a_zero_timeout(state, capsys, monkeypatch):
