@@ -122,22 +122,10 @@ reason:
   description: The reasons joined with ", ", or "the same plan already runs".
   returned: success
   type: str
-load_state:
-  description: The unit's LoadState before anything was done.
+unit_state:
+  description: The unit's LoadState, ActiveState, SubState and UnitFileState before anything was done.
   returned: success
-  type: str
-active_state:
-  description: The unit's ActiveState before anything was done.
-  returned: success
-  type: str
-sub_state:
-  description: The unit's SubState before anything was done.
-  returned: success
-  type: str
-unit_file_state:
-  description: The unit's UnitFileState before anything was done.
-  returned: success
-  type: str
+  type: dict
 unit_path:
   description: Path of the unit file.
   returned: success

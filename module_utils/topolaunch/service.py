@@ -26,10 +26,9 @@ Plain Python 3.9+ stdlib; systemctl/journalctl through `run(argv) -> (rc, out, e
 import json
 import os
 import pwd
-import subprocess
 import tempfile
 
-from .health import parse_show
+from .health import _run, parse_show
 
 __all__ = ["ServiceError", "service", "decide", "server_view", "file_differs", "write_atomic", "env_values",
            "plan_text", "DEFAULTS", "SHOW_PROPS"]
@@ -66,11 +65,6 @@ class ServiceError(Exception):
     def __init__(self, msg, result=None):
         super().__init__(msg)
         self.result = result or {}
-
-
-def _run(argv):
-    p = subprocess.run(argv, capture_output=True, text=True, check=False)
-    return p.returncode, p.stdout, p.stderr
 
 
 # ------------------------------------------------------------------------------------------------ files
@@ -245,8 +239,7 @@ def service(opts, check_mode=False, run=_run, owner=(0, 0)):
                      differs[unit_path], differs[o["env_file"]], o["force"])
     result = {
         "changed": False, "replace": bool(reasons), "reasons": reasons, "reason": ", ".join(reasons) or SAME,
-        "load_state": props.get("LoadState", ""), "active_state": props.get("ActiveState", ""),
-        "sub_state": props.get("SubState", ""), "unit_file_state": props.get("UnitFileState", ""),
+        "unit_state": {k: props.get(k, "") for k in ("LoadState", "ActiveState", "SubState", "UnitFileState")},
         "unit_path": unit_path, "plan_path": plan_path, "written": [], "actions": [],
     }
     if o["state"] == "checked":

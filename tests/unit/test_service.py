@@ -185,7 +185,8 @@ def test_first_check_on_a_fresh_host(host):
     assert res["reasons"] == ["the unit is not active", "the plan changed (none -> tp8)", "the unit file changed",
                               "the env file changed"]
     assert res["reason"] == ", ".join(res["reasons"])
-    assert res["load_state"] == "not-found" and res["active_state"] == "inactive"
+    assert res["unit_state"] == {"LoadState": "not-found", "ActiveState": "inactive", "SubState": "dead",
+                                 "UnitFileState": ""}
     assert res["written"] == [] and res["actions"] == []
 
 
