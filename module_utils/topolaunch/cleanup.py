@@ -26,10 +26,9 @@ import json
 import os
 import pwd
 import signal
-import subprocess
 import time
 
-from .health import parse_show
+from .system import parse_show, run as _run
 
 __all__ = ["CleanupError", "cleanup", "classify", "in_unit_cgroup", "read_process", "listening_inodes",
            "port_holders", "gpu_holders", "union_with_current_plan", "stop_unit", "DEFAULTS"]
@@ -61,11 +60,6 @@ class CleanupError(Exception):
     def __init__(self, msg, result=None):
         super().__init__(msg)
         self.result = result or {}
-
-
-def _run(argv):
-    p = subprocess.run(argv, capture_output=True, text=True, check=False)
-    return p.returncode, p.stdout, p.stderr
 
 
 # ---------------------------------------------------------------------------------------------------- /proc

@@ -26,12 +26,13 @@ import json
 import re
 import signal
 import socket
-import subprocess
 import time
 import urllib.error
 import urllib.request
 
-__all__ = ["HealthError", "MILESTONES", "milestone", "error_lines", "parse_show", "port_open", "wait_chunk",
+from .system import file_differs, parse_show, run as _run, write_atomic
+
+__all__ = ["HealthError", "MILESTONES", "milestone", "error_lines", "port_open", "wait_chunk",
            "read_plan", "http_request", "verify", "record_last_good", "check"]
 
 # (key, words in SGLang's log line) in the order a start reaches them.
@@ -42,6 +43,8 @@ MILESTONES = [
     ("capture_cuda_graph_end", "Capture cuda graph end"),
     ("ready", "The server is fired up and ready to roll!"),
 ]
+# Seconds after a start during which the wait looks quick_poll_s apart (see wait_chunk).
+QUICK_START_S = 10
 LABELS = dict(MILESTONES, started="started (no milestone yet)")
 ERROR_RE = re.compile(r"Error|Traceback|OutOfMemory|out of memory|Exception|CUDA error|Killed|"
                       r"Main process exited|Failed with result|status=\d+/", re.IGNORECASE)
@@ -55,21 +58,6 @@ class HealthError(Exception):
     def __init__(self, msg, result=None):
         super().__init__(msg)
         self.result = result or {}
-
-
-def _run(argv):
-    p = subprocess.run(argv, capture_output=True, text=True, check=False)
-    return p.returncode, p.stdout, p.stderr
-
-
-def parse_show(text):
-    """`systemctl show` KEY=VALUE lines -> dict."""
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            out[key] = value
-    return out
 
 
 def milestone(lines):
@@ -160,9 +148,11 @@ def _since_start(state, clock):
 
 
 def wait_chunk(unit, host, port, invocation_id=None, known="started", chunk_s=20.0, startup_timeout=0,
-               poll_s=0.5, journal_lines=50, run=_run, clock=time.monotonic, sleep=time.sleep):
+               poll_s=0.5, quick_poll_s=0.1, journal_lines=50, run=_run, clock=time.monotonic, sleep=time.sleep):
     """Watch the unit for up to chunk_s; return {state, milestone, label, invocation_id, port_open, since_start_s}.
 
+    Looks every quick_poll_s during the first QUICK_START_S seconds of the start and once the port is open (a
+    server that starts fast, or is about to be ready, is caught at once), every poll_s during a long load.
     Raises HealthError when the unit died, or when it is not ready startup_timeout seconds after its start
     (0 = no limit)."""
     deadline = clock() + chunk_s
@@ -200,7 +190,8 @@ def wait_chunk(unit, host, port, invocation_id=None, known="started", chunk_s=20
         if clock() >= deadline:
             result["state"] = "waiting"
             return result
-        sleep(poll_s)
+        quick = result["port_open"] or result["since_start_s"] < QUICK_START_S
+        sleep(quick_poll_s if quick else poll_s)
 
 
 # ------------------------------------------------------------------------------------------ the plan
@@ -322,9 +313,6 @@ def verify(plan, http=http_request, api_key="", ready_timeout=30.0, http_timeout
 def record_last_good(text, path, check_mode=False, owner=(0, 0)):
     """Write `text` (the plan file's content) to `path`, mode 0644 and `owner` (root in production), unless it is
     there already; True when changed (in check mode: would change; nothing is written)."""
-    # Imported here: service imports this module (parse_show).
-    from .service import file_differs, write_atomic  # pylint: disable=import-outside-toplevel
-
     if not file_differs(path, text, 0o644, owner):
         return False
     if not check_mode:

@@ -26,9 +26,8 @@ Plain Python 3.9+ stdlib; systemctl/journalctl through `run(argv) -> (rc, out, e
 import json
 import os
 import pwd
-import tempfile
 
-from .health import _run, parse_show
+from .system import file_differs, parse_show, run as _run, write_atomic
 
 __all__ = ["ServiceError", "service", "decide", "server_view", "file_differs", "write_atomic", "env_values",
            "plan_text", "DEFAULTS", "SHOW_PROPS"]
@@ -72,39 +71,6 @@ class ServiceError(Exception):
 def plan_text(plan):
     """current_plan.json's content: the plan as Ansible's to_nice_json writes it, and a newline."""
     return json.dumps(plan, indent=4, sort_keys=True, separators=(",", ": ")) + "\n"
-
-
-def file_differs(path, content, mode, owner):
-    """True when `path` is missing or its content, permission bits or (uid, gid) differ."""
-    try:
-        st = os.stat(path)
-        with open(path, encoding="utf-8", newline="") as f:
-            current = f.read()
-    except FileNotFoundError:
-        return True
-    except UnicodeDecodeError:
-        return True
-    return current != content or (st.st_mode & 0o7777) != mode or (st.st_uid, st.st_gid) != tuple(owner)
-
-
-def write_atomic(path, content, mode, owner):
-    """Write `content` to `path` through a temp file in the same directory: mkstemp creates it 0600, the
-    content goes in, then its owner and mode are set and it is renamed over `path`. A reader sees the old file or
-    the new one, never a half-written one; a 0600 file is never readable by anyone else, not even briefly."""
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(content)
-            f.flush()
-            os.fchown(f.fileno(), owner[0], owner[1])
-            os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _dir_differs(path, owner):

@@ -17,7 +17,8 @@ from ansible.module_utils.testing import patch_module_args
 import sglang_wait
 from ansible.module_utils.topolaunch import health as module_health
 from test_sim_server import Lab, free_port, sim_site  # noqa: F401  pylint: disable=unused-import
-from topolaunch.health import (HealthError, base_url, check, error_lines, milestone, parse_show, port_open,
+from topolaunch.system import parse_show
+from topolaunch.health import (HealthError, base_url, check, error_lines, milestone, port_open,
                                read_plan, record_last_good, verify, wait_chunk)
 
 LOG = [
@@ -128,6 +129,26 @@ def test_ready_needs_the_port_too(closed_port):
     res = _wait(unit, closed_port, clock, known="ready", chunk_s=3)
     assert res["state"] == "waiting" and res["port_open"] is False
     assert clock.t >= 1003.0
+
+
+@pytest.mark.parametrize("started_at, gaps", [
+    (1000.0, [0.1] * 30),          # the first seconds of a start: a server that comes up fast is seen at once
+    (900.0, [0.5] * 6),            # a long load: twice a second is enough
+])
+def test_polls_quickly_right_after_the_start_and_slowly_during_a_long_load(closed_port, started_at, gaps):
+    clock = Clock()
+    clock.t = 1000.0
+    start = active(ExecMainStartTimestampMonotonic=str(int(started_at * 1e6)))
+    unit = Unit([(start, LOG[:2])])
+    slept = []
+
+    def sleep(s):
+        slept.append(round(s, 3))
+        clock.sleep(s)
+
+    res = wait_chunk("topolaunch-sglang.service", "127.0.0.1", closed_port, known="load_weight_begin", chunk_s=3,
+                     run=unit.run, clock=clock, sleep=sleep)
+    assert res["state"] == "waiting" and slept == gaps
 
 
 def test_dead_unit_fails_at_once_with_the_error_lines(closed_port):

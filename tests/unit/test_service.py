@@ -15,6 +15,7 @@ from ansible.plugins.filter.core import to_nice_json
 
 import sglang_service
 from topolaunch import service as service_mod
+from topolaunch import system as system_mod
 from topolaunch.service import ServiceError, decide, env_values, plan_text, service
 
 ME = pwd.getpwuid(os.getuid()).pw_name
@@ -249,14 +250,14 @@ def test_plan_text_is_what_to_nice_json_wrote():
 
 def test_first_start_writes_files_with_their_modes(host, monkeypatch):
     created = []
-    real_mkstemp = service_mod.tempfile.mkstemp
+    real_mkstemp = system_mod.tempfile.mkstemp
 
     def mkstemp(**kw):
         fd, path = real_mkstemp(**kw)
         created.append((os.path.basename(path), mode(path)))
         return fd, path
 
-    monkeypatch.setattr(service_mod.tempfile, "mkstemp", mkstemp)
+    monkeypatch.setattr(system_mod.tempfile, "mkstemp", mkstemp)
     res = call(host, Systemd(host))
     env, unit, cur = host / "etc" / "sglang.env", host / "systemd" / UNIT, host / "state" / "current_plan.json"
     assert res["written"] == [str(host / "etc"), str(host / "state"), str(env), str(unit), str(cur)]

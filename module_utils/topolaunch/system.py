@@ -1,0 +1,56 @@
+"""Small system helpers shared by the lifecycle modules (service, cleanup, health): run a command, read
+`systemctl show`, write a file atomically with its mode and owner. Plain Python 3.9+ stdlib."""
+import os
+import subprocess
+import tempfile
+
+__all__ = ["run", "parse_show", "file_differs", "write_atomic"]
+
+
+def run(argv):
+    """Run argv; (returncode, stdout, stderr). The modules take this as their injectable `run`."""
+    p = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return p.returncode, p.stdout, p.stderr
+
+
+def parse_show(text):
+    """`systemctl show` KEY=VALUE lines -> dict."""
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key] = value
+    return out
+
+
+def file_differs(path, content, mode, owner):
+    """True when `path` is missing or its content, permission bits or (uid, gid) differ."""
+    try:
+        st = os.stat(path)
+        with open(path, encoding="utf-8", newline="") as f:
+            current = f.read()
+    except FileNotFoundError:
+        return True
+    except UnicodeDecodeError:
+        return True
+    return current != content or (st.st_mode & 0o7777) != mode or (st.st_uid, st.st_gid) != tuple(owner)
+
+
+def write_atomic(path, content, mode, owner):
+    """Write `content` to `path` through a temp file in the same directory: mkstemp creates it 0600, the
+    content goes in, then its owner and mode are set and it is renamed over `path`. A reader sees the old file or
+    the new one, never a half-written one; a 0600 file is never readable by anyone else, not even briefly."""
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(content)
+            f.flush()
+            os.fchown(f.fileno(), owner[0], owner[1])
+            os.fchmod(f.fileno(), mode)
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
