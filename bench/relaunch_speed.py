@@ -48,39 +48,39 @@ echo "no /health 200 after 600 polls" >&2; exit 1
 """
 
 
-def invocation():
-    rc, inv = sweeplab.ssh("systemctl show -p InvocationID --value %s" % UNIT)
-    assert rc == 0 and inv.strip(), "systemctl show failed"
-    return inv.strip()
+EVENTS = (("stopping", "systemd[1]: Stopping "), ("stopped", "systemd[1]: Stopped "),
+          ("started", "systemd[1]: Started "), ("ready", "The server is fired up and ready to roll!"))
 
 
-def journal_span(inv, first, last):
-    """Seconds between the first line containing `first` and the last containing `last` in one start's journal."""
-    rc, out = sweeplab.ssh("journalctl -o short-unix --no-pager _SYSTEMD_INVOCATION_ID=%s + INVOCATION_ID=%s"
-                           % (inv, inv))
+def journal_spans(since):
+    """[(the new server's start, the old server's stop)] for each replacement of the server since `since` (epoch
+    seconds; the lab host shares this machine's clock), from systemd's and SGLang's journal lines. Read once, after
+    the runs: a query between two runs would add its time to the server's uptime and so shift its stop."""
+    rc, out = sweeplab.ssh("journalctl -u %s -o short-unix --no-pager --since=@%d" % (UNIT, int(since)))
     assert rc == 0, "journalctl failed"
-    begin = end = None
+    spans, cur = [], None
     for line in out.splitlines():
-        ts = float(line.split()[0])
-        if first in line and begin is None:
-            begin = ts
-        if last in line:
-            end = ts
-    if begin is None or end is None:
-        raise RuntimeError("journal of start %s lacks %r or %r:\n%s" % (inv, first, last, out[-2000:]))
-    return end - begin
+        for key, words in EVENTS:
+            if words in line:
+                ts = float(line.split()[0])
+                if key == "stopping":
+                    cur = {}
+                if cur is not None and key not in cur:
+                    cur[key] = ts
+                if cur is not None and len(cur) == len(EVENTS):
+                    spans.append((cur["ready"] - cur["started"], cur["stopped"] - cur["stopping"]))
+                    cur = None
+    return spans
 
 
 def ansible_relaunch(layout):
-    """(wall, the new server's start, the old server's stop) of one `--tags relaunch`."""
-    old = invocation()
+    """Wall time of one `--tags relaunch`."""
     t0 = time.monotonic()
     run = sweeplab.playbook("deploy.yml", "--tags", "relaunch", "-e", "layout=%s" % layout, extra=INSTANT)
     wall = time.monotonic() - t0
     if run.returncode != 0:
         raise RuntimeError("relaunch failed (rc %d):\n%s" % (run.returncode, run.stdout[-6000:]))
-    return (wall, journal_span(invocation(), "Started ", "The server is fired up and ready to roll!"),
-            journal_span(old, "Stopping ", "Stopped "))
+    return wall
 
 
 def shell_relaunch(port):
@@ -104,7 +104,12 @@ def main():
         sweeplab.up_and_provisioned()
         ansible_relaunch(args.layout)               # warm-up: unit and env with the instant-loading knobs in place
         port = sweeplab.SERVER_PORT
-        runs = [ansible_relaunch(args.layout) for _ in range(args.runs)]
+        since = time.time()
+        walls = [ansible_relaunch(args.layout) for _ in range(args.runs)]
+        spans = journal_spans(since)
+        if len(spans) != args.runs:
+            raise RuntimeError("the journal shows %d replacements of the server for %d runs" % (len(spans), args.runs))
+        runs = [(w, start, stop) for w, (start, stop) in zip(walls, spans)]
         shell = [shell_relaunch(port) for _ in range(args.runs)]
     finally:
         if not args.keep:
