@@ -1,21 +1,25 @@
 #!/usr/bin/env python3
 """`deploy.yml --tags relaunch` against a hand-written shell relaunch over ssh, on the lab (instant-loading simulator).
 
-    .venv/bin/python bench/relaunch_speed.py [--layout tp8] [--runs 3] [--keep]
+    .venv/bin/python bench/relaunch_speed.py [--layout tp8] [--runs 5] [--keep]
 
 Uses the private lab host of tests/lab/sweeplab.py (booted and provisioned when needed), with
-SGLANG_SIM_LOAD_SECONDS=0 and SGLANG_SIM_CAPTURE_SECONDS=0. Prints, medians over --runs:
-  ansible   wall time of `ansible-playbook deploy.yml --tags relaunch -e layout=L` (plan, cleanup, launch, health)
-  shell     wall time of the same steps as a person scripts them over ssh: stop the unit, reset-failed (repeated
-            starts spend systemd's start limit; the launch role clears it too), start it, poll /health
-  ratio     ansible / shell (goal <= 1.5)
-  server    the server's own start in the ansible runs: unit start until SGLang's ready line (from the journal)
-  stop      the old server's own stop in the ansible runs: systemd's "Stopping" to "Stopped" (from the journal).
-            SGLang notices SIGTERM on its next 5 s watchdog tick (sigterm_watchdog; the simulator does the same),
-            so a stop takes 0-5 s depending on when the server started: both columns pay it
-  overhead  ansible - server: what the relaunch adds to the server's own load (goal < 15 s); also shown without
-            the old server's stop
-Takes the lab down unless --keep. Needs root, systemd-nspawn, debootstrap.
+SGLANG_SIM_LOAD_SECONDS=0 and SGLANG_SIM_CAPTURE_SECONDS=0. Compares
+  ansible   `ansible-playbook deploy.yml --tags relaunch -e layout=L` (plan, cleanup, launch, health)
+  shell     the same steps as a person scripts them over ssh: stop the unit, reset-failed (repeated starts spend
+            systemd's start limit; the launch role clears it too), start it, poll /health until 200
+in two series of --runs relaunches each:
+  back to back  each relaunch right after the previous one (a person iterating on layouts);
+  settled       each relaunch once the server has served for 5.5 .. 9.5 s, spread evenly over 5 s.
+Why two: SGLang notices SIGTERM only on its next watchdog tick, every 5 s from its start (sigterm_watchdog; the
+simulator does the same), so stopping a server costs 0-5 s depending on how long it has been up. Back to back,
+that depends on how long the previous relaunch took (a slower relaunch can even wait less); the settled series
+spreads the stop evenly over the tick for both sides, which is what replacing a server that has been up a while
+costs on average. From the journal (read once per series, after it: queries between runs would shift the stops)
+each relaunch also gives the server's own start (unit start to SGLang's ready line) and the old server's own stop
+(systemd's Stopping to Stopped). Printed: medians; ratio = ansible / shell (goal <= 1.5); relaunch overhead =
+ansible - the server's own start (goal < 15 s); own cost = wall - the server's own start and stop, what each
+side adds. Takes the lab down unless --keep. Needs root, systemd-nspawn, debootstrap.
 """
 import argparse
 import pathlib
@@ -73,6 +77,21 @@ def journal_spans(since):
     return spans
 
 
+def uptime_target(run, runs):
+    """The settled series' uptime before relaunch `run` (0-based): 5.5 .. 9.5 s for 5 runs, one tick period."""
+    return 5.0 + 5.0 * (run + 0.5) / runs
+
+
+def wait_until_up_for(seconds):
+    """Let the server serve until it has been up `seconds` (the series' condition; it is up and healthy already).
+    The lab host shares this machine's kernel, so systemd's monotonic start time is on our monotonic clock."""
+    rc, out = sweeplab.ssh("systemctl show -p ExecMainStartTimestampMonotonic --value %s" % UNIT)
+    assert rc == 0 and out.strip().isdigit(), "systemctl show failed: %r" % out
+    delay = int(out) / 1e6 + seconds - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+
+
 def ansible_relaunch(layout):
     """Wall time of one `--tags relaunch`."""
     t0 = time.monotonic()
@@ -94,42 +113,59 @@ def shell_relaunch(port):
     return wall
 
 
+def series(relaunch, runs, settled):
+    """[(wall, the new server's start, the old server's stop)] of `runs` relaunches."""
+    since = time.time()
+    walls = []
+    for run in range(runs):
+        if settled:
+            wait_until_up_for(uptime_target(run, runs))
+        walls.append(relaunch())
+    spans = journal_spans(since)
+    if len(spans) != runs:
+        raise RuntimeError("the journal shows %d replacements of the server for %d relaunches" % (len(spans), runs))
+    return [(w, start, stop) for w, (start, stop) in zip(walls, spans)]
+
+
+def report(name, ans, sh):
+    med = statistics.median
+    wall, shell = med(r[0] for r in ans), med(r[0] for r in sh)
+    ratio, overhead = wall / shell, wall - med(r[1] for r in ans)
+    each = lambda rows, k: ", ".join("%.1f" % r[k] for r in rows)  # noqa: E731
+    print(name)
+    print("  ansible --tags relaunch   %5.1f s   (each: %s)" % (wall, each(ans, 0)))
+    print("  shell over ssh            %5.1f s   (each: %s)" % (shell, each(sh, 0)))
+    print("  ratio                     %5.2f     goal <= %.1f: %s" % (ratio, RATIO_GOAL,
+                                                                    "met" if ratio <= RATIO_GOAL else "NOT met"))
+    print("  old server's own stop     %5.1f s / %.1f s   (ansible / shell; each: %s / %s)" % (
+        med(r[2] for r in ans), med(r[2] for r in sh), each(ans, 2), each(sh, 2)))
+    print("  server's own start        %5.1f s / %.1f s" % (med(r[1] for r in ans), med(r[1] for r in sh)))
+    print("  relaunch overhead         %5.1f s   goal < %.0f s: %s" % (overhead, OVERHEAD_GOAL_S,
+                                                                     "met" if overhead < OVERHEAD_GOAL_S else "NOT met"))
+    print("  own cost                  %5.1f s / %.1f s   (ansible / shell: wall - the server's start and stop)" % (
+        med(r[0] - r[1] - r[2] for r in ans), med(r[0] - r[1] - r[2] for r in sh)))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layout", default="tp8")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--keep", action="store_true", help="leave the lab host running")
     args = parser.parse_args()
     try:
         sweeplab.up_and_provisioned()
         ansible_relaunch(args.layout)               # warm-up: unit and env with the instant-loading knobs in place
-        port = sweeplab.SERVER_PORT
-        since = time.time()
-        walls = [ansible_relaunch(args.layout) for _ in range(args.runs)]
-        spans = journal_spans(since)
-        if len(spans) != args.runs:
-            raise RuntimeError("the journal shows %d replacements of the server for %d runs" % (len(spans), args.runs))
-        runs = [(w, start, stop) for w, (start, stop) in zip(walls, spans)]
-        shell = [shell_relaunch(port) for _ in range(args.runs)]
+        ans = lambda: ansible_relaunch(args.layout)  # noqa: E731
+        sh = lambda: shell_relaunch(sweeplab.SERVER_PORT)  # noqa: E731
+        back = (series(ans, args.runs, False), series(sh, args.runs, False))
+        settled = (series(ans, args.runs, True), series(sh, args.runs, True))
     finally:
         if not args.keep:
             sweeplab.lab("down")
-    wall = statistics.median(r[0] for r in runs)
-    server = statistics.median(r[1] for r in runs)
-    stop = statistics.median(r[2] for r in runs)
-    sh = statistics.median(shell)
-    ratio = wall / sh
-    overhead = wall - server
-    beyond_stop = statistics.median(r[0] - r[1] - r[2] for r in runs)
-    print("relaunch of %s on the lab (simulator loads instantly), medians of %d runs:" % (args.layout, args.runs))
-    print("  ansible --tags relaunch   %6.1f s   (each: %s)" % (wall, ", ".join("%.1f" % r[0] for r in runs)))
-    print("  shell over ssh            %6.1f s   (each: %s)" % (sh, ", ".join("%.1f" % s for s in shell)))
-    print("  ratio                     %6.2f     goal <= %.1f: %s" % (ratio, RATIO_GOAL, "met" if ratio <= RATIO_GOAL else "NOT met"))
-    print("  server's own start        %6.1f s" % server)
-    print("  old server's own stop     %6.1f s   (each: %s)" % (stop, ", ".join("%.1f" % r[2] for r in runs)))
-    print("  relaunch overhead         %6.1f s   goal < %.0f s: %s" % (overhead, OVERHEAD_GOAL_S,
-                                                                     "met" if overhead < OVERHEAD_GOAL_S else "NOT met"))
-    print("  ... without the stop      %6.1f s   (what topolaunch itself costs)" % beyond_stop)
+    print("relaunch of %s on the lab (simulator loads instantly), medians of %d runs" % (args.layout, args.runs))
+    report("back to back:", *back)
+    report("settled (server up %.1f-%.1f s before each relaunch):" % (uptime_target(0, args.runs),
+                                                                       uptime_target(args.runs - 1, args.runs)), *settled)
     return 0
 
 
