@@ -6,7 +6,7 @@ module: sglang_wait
 short_description: Watch a starting SGLang unit, report its milestone; once ready, verify it and record the plan
 description:
   - Reads the plan the unit runs (I(plan_path), written by the launch stage). The server's host, port and model come
-    from it, and every result (failures included) returns it as C(plan).
+    from it, and every result (failures included) returns it as C(plan), without its candidates table.
   - Polls the systemd unit, its journal (this start only, by InvocationID) and the server port.
   - Returns as soon as the server is ready (port open and SGLang's ready line logged), a new milestone is reached
     (Load weight begin/end, Capture cuda graph begin/end), or I(chunk_seconds) passed; the caller loops and prints
@@ -111,7 +111,7 @@ port_open:
   returned: when the unit was read
   type: bool
 plan:
-  description: The plan the unit runs (the content of plan_path).
+  description: The plan the unit runs (the content of plan_path), without its candidates table.
   returned: whenever it could be read, failures included
   type: dict
 verified:

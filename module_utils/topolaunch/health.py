@@ -330,15 +330,17 @@ def check(unit, plan_path, last_good_path, invocation_id=None, known="started", 
           prompt="The capital of France is", max_new_tokens=8, owner=(0, 0), run=_run, http=http_request,
           clock=time.monotonic, sleep=time.sleep):
     """One call of sglang_wait: read the plan, wait one chunk; when ready and verify_server, verify the server and
-    record the plan as last known good (mode 0644, `owner`). Returns the wait's result plus plan (and, verified:
+    record the plan as last known good (mode 0644, `owner`). Returns the wait's result plus plan (without its
+    candidates table, the bulk of it, so that a printed failure stays readable) (and, verified:
     verified, last_good_changed, url, health_s, generated_tokens, generated_text). A HealthError carries the plan
     in its result once it was read."""
     plan, text = read_plan(plan_path)
+    shown = {k: v for k, v in plan.items() if k != "candidates"}     # results stay short; a failure prints them
     try:
         result = wait_chunk(unit, plan.get("host") or "127.0.0.1", plan["port"], invocation_id=invocation_id,
                             known=known, chunk_s=chunk_s, startup_timeout=startup_timeout,
                             journal_lines=journal_lines, run=run, clock=clock, sleep=sleep)
-        result["plan"] = plan
+        result["plan"] = shown
         if result["state"] == "ready" and verify_server:
             result.update(verify(plan, http=http, api_key=api_key, ready_timeout=ready_timeout,
                                  http_timeout=http_timeout, prompt=prompt, max_new_tokens=max_new_tokens,
@@ -347,5 +349,5 @@ def check(unit, plan_path, last_good_path, invocation_id=None, known="started", 
             result["verified"] = True
         return result
     except HealthError as exc:
-        exc.result["plan"] = plan
+        exc.result["plan"] = shown
         raise

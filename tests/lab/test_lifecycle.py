@@ -212,6 +212,19 @@ def test_rollback_can_be_turned_off(host, good_tp8, tp4pp2, tmp_path):
     assert rc == 0, out[-4000:]
 
 
+def test_a_failing_last_good_plan_is_not_rolled_back_to_itself(host, good_tp8):
+    """The last known good plan's own server is gone (stopped behind our back): health fails, and there is nothing
+    to roll back to. The failure is short: the plan it names leaves out the planner's candidates table."""
+    rc, out = host.relaunch("-e", "layout=tp8")
+    assert rc == 0, out[-4000:]
+    host.ssh("systemctl stop %s" % UNIT)
+    rc, out = host.play("--tags", "health")
+    assert rc != 0 and "No rollback: the last known good plan is the one that failed" in out, out[-4000:]
+    assert "died while starting: it is inactive" in out and '"candidates"' not in out, out[-4000:]
+    rc, out = host.relaunch("-e", "layout=tp8")
+    assert rc == 0, out[-4000:]
+
+
 def test_server_ignoring_sigterm_is_killed_by_systemd(host, good_tp8, tp4pp2, tmp_path):
     rc, out = host.relaunch("-e", host.fault_plan_file(tp4pp2, "ignore_sigterm", tmp_path))
     assert rc == 0, out[-4000:]

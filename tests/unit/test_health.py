@@ -211,6 +211,7 @@ PLAN = {"layout": {"name": "tp8", "tp": 8, "pp": 1}, "gpu_indices": list(range(8
 INFO = {"model_path": "/srv/models/glm-5-nvfp4", "is_generation": True}
 GENERATED = {"text": " Paris. The capital of Germany is", "meta_info": {"completion_tokens": 8, "prompt_tokens": 5}}
 KEY = "tl-test-key-6f1c0b9e2d"
+CANDIDATES = [{"name": "tp8", "valid": True, "score": 1.0}, {"name": "tp4pp2", "valid": True, "score": 0.52}]
 ME = (os.geteuid(), os.getegid())           # owner of what the tests write (root in production)
 
 
@@ -235,8 +236,9 @@ class Server:
 
 @pytest.fixture
 def state(tmp_path):
-    """A state directory with current_plan.json as the launch stage writes it; returns (dir, its content)."""
-    text = json.dumps(PLAN, indent=4, sort_keys=True) + "\n"
+    """A state directory with current_plan.json as the launch stage writes it (with the planner's candidates table,
+    which results leave out: they compare equal to PLAN); returns (dir, its content)."""
+    text = json.dumps(dict(PLAN, candidates=CANDIDATES), indent=4, sort_keys=True) + "\n"
     (tmp_path / "current_plan.json").write_text(text)
     return tmp_path, text
 
