@@ -295,16 +295,22 @@ def wanted_wheels():
 def pip_repo(out, python, sim_builder):
     pipdir = out / "pip"
     pipdir.mkdir(parents=True, exist_ok=True)
-    for old in pipdir.glob("sglang-*.whl"):
-        old.unlink()
-    run([python, str(sim_builder), "--out", str(pipdir)])
-    sims = sorted(pipdir.glob("sglang-*.whl"))
-    if len(sims) != 1:
-        sys.exit(f"{sim_builder} should leave one sglang-*.whl in {pipdir}, found {[s.name for s in sims]}")
+    with tempfile.TemporaryDirectory(dir=pipdir) as tmp:
+        run([python, str(sim_builder), "--out", tmp])
+        built = sorted(Path(tmp).glob("sglang-*.whl"))
+        if len(built) != 1:
+            sys.exit(f"{sim_builder} should leave one sglang-*.whl in {tmp}, found {[b.name for b in built]}")
+        dest = pipdir / built[0].name
+        # Replaced only when it differs (the build is reproducible): a lab may be installing it right now.
+        if not dest.exists() or sha(dest, "sha256") != sha(built[0], "sha256"):
+            for old in pipdir.glob("sglang-*.whl"):
+                old.unlink()
+            os.replace(built[0], dest)
+    sims = [dest]
     wanted = wanted_wheels() + [f"{sims[0]}[all]"]  # [all]: the extra the sglang role installs
     stamp_text = json.dumps([wanted_wheels(), sha(sims[0], "sha256")])
     stamp = pipdir / ".download-stamp"
-    if stamp.exists() and stamp.read_text() == stamp_text:
+    if stamp.exists() and stamp.read_text() == stamp_text and (out / "apt" / DISTRO / ARCH / "InRelease").exists():
         print("  pip wheels up to date")
     else:
         print(f"  pip download (Python 3.11, manylinux x86_64): {' '.join(wanted_wheels())} + simulator deps")
@@ -359,6 +365,26 @@ def port_range(text):
     return ports
 
 
+def apt_repo(out, args):
+    """The signed apt repository, the cuda-keyring packages, the model archive and the Hugging Face stand-in."""
+    apt = out / "apt" / DISTRO / ARCH
+    if apt.exists():
+        shutil.rmtree(apt)
+    apt.mkdir(parents=True)
+    gpg_env, keyring = signing_key(out.parent / (out.name + "-signing"))
+    try:
+        driver_packages(apt, args.fakenvml)
+        cuda_packages(apt)
+        index_and_sign(apt, gpg_env)
+    finally:
+        # gpg started an agent for the key's home: leave no daemon behind.
+        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=gpg_env, check=False, capture_output=True)
+    keyring_packages(out, keyring, args.keyring_ports)
+    (out / "keyring" / "cuda-archive-keyring.gpg").write_bytes(keyring)
+    index = model_archive(out, args.model_dir, args.model_name)
+    hf_standin(out, index)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -381,22 +407,19 @@ def main(argv=None):
             sys.exit(f"{tool} not found: apt-get install dpkg gnupg")
     out = args.out.resolve()
     print(f"building the lab repository in {out}")
-    apt = out / "apt" / DISTRO / ARCH
-    if apt.exists():
-        shutil.rmtree(apt)
-    apt.mkdir(parents=True)
-    gpg_env, keyring = signing_key(out.parent / (out.name + "-signing"))
-    try:
-        driver_packages(apt, args.fakenvml)
-        cuda_packages(apt)
-        index_and_sign(apt, gpg_env)
-    finally:
-        # gpg started an agent for the key's home: leave no daemon behind.
-        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=gpg_env, check=False, capture_output=True)
-    keyring_packages(out, keyring, args.keyring_ports)
-    (out / "keyring" / "cuda-archive-keyring.gpg").write_bytes(keyring)
-    index = model_archive(out, args.model_dir, args.model_name)
-    hf_standin(out, index)
+    # The packages are rebuilt only when what they are made of changed: a rebuild gives new bytes (and a new
+    # signature) under the same names, which breaks an apt run of a lab that is installing from this repository.
+    stamp = out / ".apt-stamp"
+    stamp_text = json.dumps([sha(Path(__file__), "sha256"), [sha(args.fakenvml / f, "sha256") for f in
+                             ("libnvidia-ml.so.1", "nvidia-smi")],
+                             [[f.name, sha(f, "sha256")] for f in sorted(args.model_dir.iterdir()) if f.is_file()],
+                             args.model_name, args.keyring_ports])
+    if stamp.exists() and stamp.read_text() == stamp_text and (out / "apt" / DISTRO / ARCH / "InRelease").exists():
+        print("  apt packages, keyrings, model archive up to date")
+    else:
+        stamp.unlink(missing_ok=True)
+        apt_repo(out, args)
+        stamp.write_text(stamp_text)
     if not args.skip_pip:
         pip_repo(out, args.python, args.sim_builder)
     print("done")

@@ -39,6 +39,16 @@ def gpgv(repo, *files):
                           capture_output=True, text=True, check=False)
 
 
+def test_a_second_build_leaves_the_repository_alone(repo):
+    """Nothing changed: nothing is rewritten (a rebuild gives new bytes under the same names, which breaks a lab
+    that is installing from the repository at that moment)."""
+    before = {f: (f.stat().st_ino, f.stat().st_mtime_ns) for f in (repo / APT).iterdir()}
+    again = subprocess.run([sys.executable, str(ROOT / "lab/repo/build.py"), "--out", str(repo), "--skip-pip",
+                            "--keyring-ports", "18090-18091"], check=True, capture_output=True, text=True)
+    assert "apt packages, keyrings, model archive up to date" in again.stdout
+    assert {f: (f.stat().st_ino, f.stat().st_mtime_ns) for f in (repo / APT).iterdir()} == before
+
+
 def test_release_is_signed_and_a_changed_release_is_refused(repo, tmp_path):
     assert gpgv(repo, repo / APT / "InRelease").returncode == 0
     assert gpgv(repo, repo / APT / "Release.gpg", repo / APT / "Release").returncode == 0
