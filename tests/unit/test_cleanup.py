@@ -6,6 +6,7 @@ that switch users need root (CI runs as root).
 """
 import json
 import os
+import pathlib
 import socket
 import subprocess
 import threading
@@ -13,12 +14,14 @@ import time
 
 import pytest
 
-from topolaunch.cleanup import CleanupError, _summary, classify, cleanup, in_unit_cgroup, read_process, stop_unit
+from topolaunch.cleanup import (DEFAULTS, CleanupError, _summary, classify, cleanup, in_unit_cgroup, read_process,
+                                stop_unit)
 
 SPEC = "proxmox-8x-rtx-pro-6000-vnuma"        # 8 GPUs, 560 MiB used with no process
 GIB = 1 << 30
 OURS = "nobody"
 OTHER = "daemon"
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
 
 
@@ -409,3 +412,16 @@ def test_module_main_check_mode_and_foreign_failure(nvml, procs, tmp_path, monke
     out = json.loads(capsys.readouterr().out)
     assert out["failed"] is True and "pid %d user %s" % (foreign, OTHER) in out["msg"]
     assert _alive(ours) and _alive(foreign)
+
+
+# ------------------------------------------------------------------------------------------- real GPU record
+
+def test_the_real_gpu_check_passed_and_the_idle_threshold_fits_the_real_driver():
+    """tools/gpu_cleanup_check.py on 2x H200 (real driver, real PyTorch processes): NVML listed the pids we started,
+    the foreign holder was refused, ours stopped by SIGTERM, the other GPU's holder left alone. The default
+    memory_threshold_mib must sit above what that driver reports for an idle GPU and below one process's share."""
+    record = json.loads((ROOT / "tests/fixtures/nvml/h200x2-vm.gpu_cleanup_check.json").read_text())
+    assert record["checks"] and all(record["checks"].values()), record["checks"]
+    idle = max(g["used_bytes"] for g in record["idle"].values())
+    smallest = min(p["used_gpu_memory"] for g in record["busy"].values() for p in g["processes"])
+    assert idle < DEFAULTS["memory_threshold_mib"] << 20 < smallest
