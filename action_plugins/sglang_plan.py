@@ -12,29 +12,29 @@ SSH-free but still ~0.4 s round trip each, paid on every relaunch):
 import importlib.util
 import json
 import os
-import tempfile
 
 from ansible import constants as C
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 
-def _results_lib():
-    """module_utils/topolaunch/results.py, imported on the controller (module_utils are only packaged for hosts)."""
+def _module_utils(name):
+    """module_utils/topolaunch/<name>.py (stdlib only, no relative imports), imported on the controller: module_utils
+    are only packaged for hosts."""
     for base in C.DEFAULT_MODULE_UTILS_PATH:
-        path = os.path.join(base, "topolaunch", "results.py")
+        path = os.path.join(base, "topolaunch", name + ".py")
         if os.path.isfile(path):
-            spec = importlib.util.spec_from_file_location("topolaunch_controller_results", path)
+            spec = importlib.util.spec_from_file_location("topolaunch_controller_" + name, path)
             lib = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(lib)
             return lib
-    raise AnsibleActionFail("sglang_plan: topolaunch/results.py is not in the module_utils path %s"
-                            % C.DEFAULT_MODULE_UTILS_PATH)
+    raise AnsibleActionFail("sglang_plan: topolaunch/%s.py is not in the module_utils path %s"
+                            % (name, C.DEFAULT_MODULE_UTILS_PATH))
 
 
 def measured(results_dir):
     """Measured records of every model and topology under results_dir (the planner keeps its own)."""
-    lib = _results_lib()
+    lib = _module_utils("results")
     try:
         return lib.measured_records(lib.load_runs(results_dir))
     except (lib.ResultsError, OSError) as exc:
@@ -42,24 +42,14 @@ def measured(results_dir):
 
 
 def save(path, plan):
-    """Write plan as pretty JSON to path unless it already holds exactly that; True when written."""
+    """Write plan as pretty JSON to path (0644, ours) unless it already holds exactly that; True when written."""
+    system = _module_utils("system")
     text = json.dumps(plan, indent=4, sort_keys=True) + "\n"
-    try:
-        with open(path, encoding="utf-8") as f:
-            if f.read() == text:
-                return False
-    except FileNotFoundError:
-        pass
+    owner = (os.getuid(), os.getgid())
+    if not system.file_differs(path, text, 0o644, owner):
+        return False
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".plan.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    system.write_atomic(path, text, 0o644, owner)
     return True
 
 

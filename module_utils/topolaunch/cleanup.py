@@ -28,7 +28,7 @@ import pwd
 import signal
 import time
 
-from .system import parse_show, run as _run
+from .system import run as _run, show
 
 __all__ = ["CleanupError", "cleanup", "classify", "in_unit_cgroup", "read_process", "listening_inodes",
            "port_holders", "gpu_holders", "union_with_current_plan", "stop_unit", "DEFAULTS"]
@@ -51,6 +51,7 @@ DEFAULTS = {
 }
 MIB = 1024 * 1024
 TCP_LISTEN = "0A"            # st column of /proc/net/tcp{,6}
+UNIT_PROPS = ["LoadState", "ActiveState", "SubState", "Result"]
 MAX_ROUNDS = 5               # find-and-stop passes (a process may start while we stop the others)
 
 
@@ -359,19 +360,12 @@ def _refuse_foreign(found, opts, result):
         result)
 
 
-def _unit_state(unit, run):
-    rc, out, err = run(["systemctl", "show", "--property=LoadState,ActiveState,SubState,Result", unit])
-    if rc != 0:
-        raise CleanupError("systemctl show %s failed (rc %s): %s" % (unit, rc, err.strip()))
-    return parse_show(out)
-
-
 def stop_unit(unit, run=_run, check_mode=False, clock=time.monotonic):
     """Stop our unit and with it its whole cgroup; systemd SIGKILLs what did not end on SIGTERM in TimeoutStopSec.
 
     Returns {name, load_state, was, stopped, would_stop, seconds, result, sigkilled}; a unit that is not loaded,
     inactive or failed has nothing to stop."""
-    before = _unit_state(unit, run)
+    before = show(unit, UNIT_PROPS, run, CleanupError)
     out = {"name": unit, "load_state": before.get("LoadState"), "was": before.get("ActiveState"),
            "stopped": False, "would_stop": False, "sigkilled": False}
     if before.get("LoadState") != "loaded" or before.get("ActiveState") in ("inactive", "failed"):
@@ -381,7 +375,7 @@ def stop_unit(unit, run=_run, check_mode=False, clock=time.monotonic):
         return out
     t0 = clock()
     rc, _, err = run(["systemctl", "stop", unit])
-    after = _unit_state(unit, run)
+    after = show(unit, UNIT_PROPS, run, CleanupError)
     out.update(stopped=rc == 0, seconds=round(clock() - t0, 2), result=after.get("Result"),
                sigkilled=after.get("Result") == "timeout")
     if rc != 0:

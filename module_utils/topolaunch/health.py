@@ -30,7 +30,7 @@ import time
 import urllib.error
 import urllib.request
 
-from .system import file_differs, parse_show, run as _run, write_atomic
+from .system import file_differs, journal, run as _run, show, write_atomic
 
 __all__ = ["HealthError", "MILESTONES", "milestone", "error_lines", "port_open", "wait_chunk",
            "read_plan", "http_request", "verify", "record_last_good", "check"]
@@ -90,26 +90,6 @@ def port_open(host, port, timeout=1.0):
         return False
 
 
-def _journal(unit, invocation_id, run, lines=400):
-    """Log lines of one start of the unit: its own output and systemd's messages about it."""
-    argv = ["journalctl", "--no-pager", "-o", "cat", "-n", str(lines)]
-    if invocation_id:
-        argv += ["_SYSTEMD_INVOCATION_ID=%s" % invocation_id, "+", "INVOCATION_ID=%s" % invocation_id]
-    else:
-        argv += ["-u", unit]
-    rc, out, err = run(argv)
-    if rc != 0:
-        raise HealthError("journalctl failed (rc %s): %s" % (rc, err.strip()))
-    return out.splitlines()
-
-
-def _show(unit, run):
-    rc, out, err = run(["systemctl", "show", "--property=" + ",".join(SHOW_PROPS), unit])
-    if rc != 0:
-        raise HealthError("systemctl show %s failed (rc %s): %s" % (unit, rc, err.strip()))
-    return parse_show(out)
-
-
 def _dead_reason(state, invocation_id):
     """Why the start we follow is not starting any more, or None while it is.
 
@@ -157,10 +137,10 @@ def wait_chunk(unit, host, port, invocation_id=None, known="started", chunk_s=20
     (0 = no limit)."""
     deadline = clock() + chunk_s
     while True:
-        state = _show(unit, run)
+        state = show(unit, SHOW_PROPS, run, HealthError)
         if invocation_id is None:
             invocation_id = state.get("InvocationID") or None
-        lines = _journal(unit, invocation_id, run)
+        lines = journal(unit, 400, run, HealthError, invocation_id)
         reached = milestone(lines)
         result = {"milestone": reached, "label": LABELS[reached], "invocation_id": invocation_id,
                   "active_state": state.get("ActiveState"), "port_open": False,

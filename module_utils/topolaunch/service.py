@@ -27,7 +27,7 @@ import json
 import os
 import pwd
 
-from .system import file_differs, parse_show, run as _run, write_atomic
+from .system import file_differs, journal, run as _run, show, write_atomic
 
 __all__ = ["ServiceError", "service", "decide", "server_view", "file_differs", "write_atomic", "env_values",
            "plan_text", "DEFAULTS", "SHOW_PROPS"]
@@ -169,13 +169,6 @@ def _preconditions(o):
             % (o["service_user"], NOTHING_STOPPED)) from None
 
 
-def _show(name, run):
-    rc, out, err = run(["systemctl", "show", "--property=" + ",".join(SHOW_PROPS), name])
-    if rc != 0:
-        raise ServiceError("systemctl show %s failed (rc %s): %s" % (name, rc, err.strip()))
-    return parse_show(out)
-
-
 # ------------------------------------------------------------------------------------------------ service
 
 def service(opts, check_mode=False, run=_run, owner=(0, 0)):
@@ -199,7 +192,7 @@ def service(opts, check_mode=False, run=_run, owner=(0, 0)):
 
     _preconditions(o)
     running = _running_plan(plan_path)
-    props = _show(name, run)
+    props = show(name, SHOW_PROPS, run, ServiceError)
     differs = {path: file_differs(path, content, mode, owner) for path, content, mode in files}
     reasons = decide(o["plan"], running, o["server_keys"], props.get("ActiveState", ""),
                      differs[unit_path], differs[o["env_file"]], o["force"])
@@ -240,7 +233,7 @@ def service(opts, check_mode=False, run=_run, owner=(0, 0)):
     if differs[unit_path] or props.get("NeedDaemonReload") == "yes":
         act(["systemctl", "daemon-reload"], "daemon-reload")
         if not check_mode:
-            props = _show(name, run)
+            props = show(name, SHOW_PROPS, run, ServiceError)
     active = props.get("ActiveState") == "active"
     if props.get("LoadState") == "loaded" and (result["replace"] or not active):
         # "not loaded": systemd holds no state for the unit (never started, or collected), nothing to reset.
@@ -260,7 +253,7 @@ def service(opts, check_mode=False, run=_run, owner=(0, 0)):
 
 
 def _journal_tail(name, lines, run):
-    rc, out, err = run(["journalctl", "--no-pager", "-o", "cat", "-n", str(lines), "-u", name])
-    if rc != 0:
-        return "(journalctl failed, rc %s: %s)" % (rc, err.strip())
-    return out.rstrip("\n") or "(no log lines)"
+    try:
+        return "\n".join(journal(name, lines, run, ServiceError)) or "(no log lines)"
+    except ServiceError as exc:
+        return "(%s)" % exc

@@ -4,7 +4,7 @@ import os
 import subprocess
 import tempfile
 
-__all__ = ["run", "parse_show", "file_differs", "write_atomic"]
+__all__ = ["run", "parse_show", "show", "journal", "file_differs", "write_atomic"]
 
 
 def run(argv):
@@ -21,6 +21,28 @@ def parse_show(text):
         if sep:
             out[key] = value
     return out
+
+
+def show(unit, props, run, error):
+    """`systemctl show` of the properties `props` of `unit` as a dict; raises `error(message)` when it fails."""
+    rc, out, err = run(["systemctl", "show", "--property=" + ",".join(props), unit])
+    if rc != 0:
+        raise error("systemctl show %s failed (rc %s): %s" % (unit, rc, err.strip()))
+    return parse_show(out)
+
+
+def journal(unit, lines, run, error, invocation_id=None):
+    """The last `lines` log lines of `unit` (of one start, its own output and systemd's messages about it, when
+    invocation_id is given); raises `error(message)` when journalctl fails."""
+    argv = ["journalctl", "--no-pager", "-o", "cat", "-n", str(lines)]
+    if invocation_id:
+        argv += ["_SYSTEMD_INVOCATION_ID=%s" % invocation_id, "+", "INVOCATION_ID=%s" % invocation_id]
+    else:
+        argv += ["-u", unit]
+    rc, out, err = run(argv)
+    if rc != 0:
+        raise error("journalctl failed (rc %s): %s" % (rc, err.strip()))
+    return out.splitlines()
 
 
 def file_differs(path, content, mode, owner):
