@@ -7,9 +7,9 @@ BIN := $(VENV)/bin
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup lock sglang-wheel fakenvml repo lab-up lab-down lab-status demo test lint unit molecule lab-tests bench clean
+.PHONY: setup pth lock sglang-wheel fakenvml repo lab-up lab-down lab-status demo test lint unit molecule lab-tests bench clean
 
-setup: $(VENV)/.installed ## controller venv with the pinned requirements
+setup: $(VENV)/.installed pth ## controller venv with the pinned requirements, collections/ on its path
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "python 3.11+ needed, got " + sys.version'
@@ -17,6 +17,10 @@ $(VENV)/.installed: requirements.txt
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.txt
 	touch $@
+
+pth: $(VENV)/.installed ## put collections/ on the venv's path: tools and tests import ansible_collections.topolaunch.sglang.*
+	$(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+	  | { read -r site; echo "$(CURDIR)/collections" > "$$site/topolaunch-collection.pth"; }
 
 lock: ## regenerate requirements.txt from requirements.in
 	rm -rf build/lockvenv && $(PYTHON) -m venv build/lockvenv

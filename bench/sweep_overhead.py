@@ -21,11 +21,10 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "module_utils"))
 sys.path.insert(0, str(ROOT / "tests" / "lab"))
 
 import sweeplab  # noqa: E402  pylint: disable=wrong-import-position
-from topolaunch import results  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils import bench as results  # noqa: E402  pylint: disable=wrong-import-position
 
 GOAL_S = 20.0
 STAGES = ("plan", "cleanup", "launch", "health", "bench")

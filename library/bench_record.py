@@ -118,7 +118,7 @@ message:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.topolaunch.results import ResultsError, failure_message, record_run
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils.bench import ResultsError, failure_message, record_run
 
 
 def main():

@@ -149,8 +149,8 @@ summary:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.topolaunch.cleanup import CleanupError, cleanup
-from ansible.module_utils.topolaunch.topology import TopologyError, import_nvml
+from ansible_collections.topolaunch.sglang.plugins.module_utils.cleanup import CleanupError, cleanup
+from ansible_collections.topolaunch.sglang.plugins.module_utils.topology import TopologyError, import_nvml
 
 
 def main():

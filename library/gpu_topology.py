@@ -61,7 +61,7 @@ query_seconds:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.topolaunch.topology import TopologyError, import_nvml, read_topology
+from ansible_collections.topolaunch.sglang.plugins.module_utils.topology import TopologyError, import_nvml, read_topology
 
 
 def main():

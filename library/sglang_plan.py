@@ -161,8 +161,8 @@ candidates:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.topolaunch.planner import PlanError, PlanRequest, candidate_table, plan, render_report
-from ansible.module_utils.topolaunch.topology import TopologyError, import_nvml, read_topology
+from ansible_collections.topolaunch.sglang.plugins.module_utils.planner import PlanError, PlanRequest, candidate_table, plan, render_report
+from ansible_collections.topolaunch.sglang.plugins.module_utils.topology import TopologyError, import_nvml, read_topology
 
 ARGUMENT_SPEC = {
     "topology": {"type": "dict"},

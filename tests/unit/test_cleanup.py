@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from topolaunch.cleanup import (DEFAULTS, CleanupError, _summary, classify, cleanup, in_unit_cgroup, read_process,
+from ansible_collections.topolaunch.sglang.plugins.module_utils.cleanup import (DEFAULTS, CleanupError, _summary, classify, cleanup, in_unit_cgroup, read_process,
                                 stop_unit)
 
 SPEC = "proxmox-8x-rtx-pro-6000-vnuma"        # 8 GPUs, 560 MiB used with no process
@@ -388,7 +388,7 @@ def test_stop_unit_then_leftovers_of_our_server(nvml, procs, tmp_path):
 # ------------------------------------------------------------------------------------------- module main()
 
 def _run_module(args, check_mode=False):
-    import gpu_cleanup  # pylint: disable=import-outside-toplevel
+    from ansible_collections.topolaunch.sglang.plugins.modules import gpu_cleanup  # pylint: disable=import-outside-toplevel
     from ansible.module_utils.testing import patch_module_args  # pylint: disable=import-outside-toplevel
     if check_mode:
         args = dict(args, _ansible_check_mode=True)
@@ -399,7 +399,7 @@ def _run_module(args, check_mode=False):
 
 @needs_root
 def test_module_main_check_mode_and_foreign_failure(nvml, procs, tmp_path, monkeypatch, capsys):
-    import gpu_cleanup  # pylint: disable=import-outside-toplevel
+    from ansible_collections.topolaunch.sglang.plugins.modules import gpu_cleanup  # pylint: disable=import-outside-toplevel
     monkeypatch.setattr(gpu_cleanup, "import_nvml", lambda: nvml)
     ours = procs.spawn("sglang::scheduler_PP0_TP0", OURS, gpus=[0])
     args = {"gpu_indices": [0, 1], "service_user": OURS, "current_plan_path": str(tmp_path / "none.json")}

@@ -14,11 +14,11 @@ import pytest
 import yaml
 from ansible.module_utils.testing import patch_module_args
 
-import sglang_wait
-from ansible.module_utils.topolaunch import health as module_health
+from ansible_collections.topolaunch.sglang.plugins.modules import sglang_health as sglang_wait
+from ansible_collections.topolaunch.sglang.plugins.module_utils import health as module_health
 from test_sim_server import Lab, free_port, sim_site  # noqa: F401  pylint: disable=unused-import
-from topolaunch.system import parse_show
-from topolaunch.health import (HealthError, base_url, check, error_lines, milestone, port_open,
+from ansible_collections.topolaunch.sglang.plugins.module_utils.system import parse_show
+from ansible_collections.topolaunch.sglang.plugins.module_utils.health import (HealthError, base_url, check, error_lines, milestone, port_open,
                                read_plan, record_last_good, verify, wait_chunk)
 
 LOG = [
@@ -254,7 +254,7 @@ def _check(state_dir, unit, server, clock, **kw):
 @pytest.fixture
 def ready_on_30000(monkeypatch):
     """Port 30000 of the plan 'accepts connections' (the scripted server stands behind it)."""
-    monkeypatch.setattr("topolaunch.health.port_open", lambda host, port, timeout=1.0: port == 30000)
+    monkeypatch.setattr("ansible_collections.topolaunch.sglang.plugins.module_utils.health.port_open", lambda host, port, timeout=1.0: port == 30000)
     monkeypatch.setattr(module_health, "port_open", lambda host, port, timeout=1.0: port == 30000)
 
 

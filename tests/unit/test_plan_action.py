@@ -1,5 +1,4 @@
 """action_plugins/sglang_plan.py: measured results and the saved plan, handled on the controller in-process."""
-import importlib.util
 import json
 import os
 import pathlib
@@ -11,19 +10,11 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.plugins.filter.core import to_nice_json
 
-import bench_record
+from ansible_collections.topolaunch.sglang.plugins.modules import bench_record
 from test_results_modules import record_args, run
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("sglang_plan_action", ROOT / "action_plugins" / "sglang_plan.py")
-action = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(action)
-
-
-@pytest.fixture(autouse=True)
-def module_utils_path(monkeypatch):
-    """The path ansible.cfg's module_utils gives on the controller."""
-    monkeypatch.setattr(action.C, "DEFAULT_MODULE_UTILS_PATH", [str(ROOT / "module_utils")])
+from ansible_collections.topolaunch.sglang.plugins.action import sglang_plan as action
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils.artifacts import save_json
 
 
 def test_measured_reads_the_bench_results(tmp_path, capsys):
@@ -45,20 +36,14 @@ def test_measured_names_a_broken_tree(tmp_path, capsys):
         action.measured(str(tmp_path))
 
 
-def test_measured_without_the_module_utils_says_where_it_looked(monkeypatch, tmp_path):
-    monkeypatch.setattr(action.C, "DEFAULT_MODULE_UTILS_PATH", [str(tmp_path)])
-    with pytest.raises(AnsibleActionFail, match="topolaunch/results.py is not in the module_utils path"):
-        action.measured(str(tmp_path))
-
-
 def test_save_writes_pretty_json_0644_once(tmp_path):
     path = tmp_path / "artifacts" / "field" / "plan.json"
     plan = {"layout": {"name": "tp8", "tp": 8}, "argv": ["--tp-size", "8"]}
-    assert action.save(str(path), plan) is True
+    assert save_json(str(path), plan) is True
     assert path.read_text() == to_nice_json(plan) + "\n"
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
-    assert action.save(str(path), plan) is False
-    assert action.save(str(path), dict(plan, port=1)) is True and json.loads(path.read_text())["port"] == 1
+    assert save_json(str(path), plan) is False
+    assert save_json(str(path), dict(plan, port=1)) is True and json.loads(path.read_text())["port"] == 1
     assert sorted(os.listdir(path.parent)) == ["plan.json"]          # no temporary file left
 
 
@@ -84,7 +69,7 @@ def test_run_passes_measured_and_saves_the_plan(tmp_path, capsys, monkeypatch):
     result = _action({"layout": "tp8", "results_dir": str(tmp_path / "results"), "save_to": str(save_to),
                       "measured": [{"layout": "tp4pp2"}]}).run(task_vars={})
     name, args = calls[0]
-    assert name == "sglang_plan" and "results_dir" not in args and "save_to" not in args
+    assert name == "topolaunch.sglang.sglang_plan" and "results_dir" not in args and "save_to" not in args
     assert [m["layout"] for m in args["measured"]] == ["tp4pp2", "tp8"]
     assert result["saved"] is True and result["saved_to"] == str(save_to)
     assert json.loads(save_to.read_text()) == {"layout": {"name": "tp8"}}

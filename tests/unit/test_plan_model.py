@@ -4,7 +4,7 @@ import json
 import pytest
 
 from plan_cases import model_input, model_path
-from topolaunch import model_config
+from ansible_collections.topolaunch.sglang.plugins.module_utils import model_config
 
 
 def test_reads_config_and_index():

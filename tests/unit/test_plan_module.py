@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-import sglang_plan
+from ansible_collections.topolaunch.sglang.plugins.modules import sglang_plan
 from ansible.module_utils.testing import patch_module_args
 from plan_cases import FIELD_ARGS, model_path, synth_facts
 from topology_cases import make_sysfs

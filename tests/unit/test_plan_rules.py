@@ -2,8 +2,8 @@
 import pytest
 
 from plan_cases import FIELD_ARGS, model_input, model_path, synth_facts
-from topolaunch import planner
-from topolaunch.plan_args import FlagIndex, check_server_args
+from ansible_collections.topolaunch.sglang.plugins.module_utils import planner
+from ansible_collections.topolaunch.sglang.plugins.module_utils.plan_args import FlagIndex, check_server_args
 
 VNUMA = "proxmox-8x-rtx-pro-6000-vnuma"
 

@@ -3,8 +3,8 @@ import pytest
 
 from plan_cases import MODEL_NAMES, fake_facts, model_path
 from test_sglang_flags import build_parser
-from topolaunch import planner
-from topolaunch.sglang_flags_0_5_9 import FLAGS
+from ansible_collections.topolaunch.sglang.plugins.module_utils import planner
+from ansible_collections.topolaunch.sglang.plugins.module_utils.sglang_flags_0_5_9 import FLAGS
 from topology_cases import all_specs
 
 PARSER = build_parser(FLAGS)

@@ -4,8 +4,8 @@ import json
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-import bench_record
-from topolaunch.results import load_runs, measured_records
+from ansible_collections.topolaunch.sglang.plugins.modules import bench_record
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils.bench import load_runs, measured_records
 from test_results import bench_line
 
 

@@ -13,10 +13,10 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 from ansible.plugins.filter.core import to_nice_json
 
-import sglang_service
-from topolaunch import service as service_mod
-from topolaunch import system as system_mod
-from topolaunch.service import ServiceError, decide, env_values, plan_text, service
+from ansible_collections.topolaunch.sglang.plugins.modules import sglang_launch as sglang_service
+from ansible_collections.topolaunch.sglang.plugins.module_utils import launch as service_mod
+from ansible_collections.topolaunch.sglang.plugins.module_utils import system as system_mod
+from ansible_collections.topolaunch.sglang.plugins.module_utils.launch import ServiceError, decide, env_values, plan_text, service
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 OWNER = (os.getuid(), os.getgid())

@@ -11,7 +11,7 @@ import zipfile
 
 import pytest
 
-from topolaunch import sglang_flags_0_5_9 as table
+from ansible_collections.topolaunch.sglang.plugins.module_utils import sglang_flags_0_5_9 as table
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 WHEEL_DIR = ROOT / "build" / "wheels"
@@ -181,7 +181,8 @@ def test_table_reproduces_argparse_behaviour():
 
 def test_everything_the_planner_writes_or_names_exists_in_each_table():
     """Flags the planner writes itself, server-arg keys it manages, and every choice its rules name."""
-    from topolaunch import plan_args, planner
+    from ansible_collections.topolaunch.sglang.plugins.module_utils import plan_args
+    from ansible_collections.topolaunch.sglang.plugins.module_utils import planner
 
     for version, flags in plan_args.FLAG_TABLES.items():
         index = plan_args.FlagIndex(version)
@@ -209,7 +210,7 @@ def test_everything_the_planner_writes_or_names_exists_in_each_table():
 
 
 def test_planner_argv_uses_only_canonical_long_flags():
-    from topolaunch import plan_args
+    from ansible_collections.topolaunch.sglang.plugins.module_utils import plan_args
 
     flags = plan_args.FLAG_TABLES["0.5.9"]
     for flag in plan_args.PLANNER_FLAGS:

@@ -13,7 +13,6 @@ import numpy
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "lab/sglang_sim"))
 
 from sglang import bench_serving  # noqa: E402
 from sglang._sim import flags, hardware, modelcfg, perf, validate  # noqa: E402

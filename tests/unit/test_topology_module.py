@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-import gpu_topology
+from ansible_collections.topolaunch.sglang.plugins.modules import gpu_topology
 from ansible.module_utils.testing import patch_module_args
 from topology_cases import EXPECTED_MATRIX, make_sysfs
 

@@ -1,11 +1,11 @@
 """Shared cases of the topology tests: expected nvidia-smi texts, a spec check, and NVML answers synthesised from a
-lab spec (replayed through topolaunch.topology_replay.Replay, so tests can inject errors such as a GPU lost
+lab spec (replayed through plugin_utils topology_replay.Replay, so tests can inject errors such as a GPU lost
 mid-query). test_topology_fake.py checks that the synthesised answers read the same as the C fake's.
 """
 import json
 import pathlib
 
-from topolaunch import topology
+from ansible_collections.topolaunch.sglang.plugins.module_utils import topology
 
 SPECS = pathlib.Path(__file__).resolve().parents[2] / "lab" / "specs"
 LEVELS = {"PIX": 10, "PXB": 20, "PHB": 30, "NODE": 40, "SYS": 50}

@@ -146,7 +146,7 @@ error_lines:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.topolaunch.health import HealthError, check
+from ansible_collections.topolaunch.sglang.plugins.module_utils.health import HealthError, check
 
 
 def main():

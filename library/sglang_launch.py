@@ -148,7 +148,7 @@ actions:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.topolaunch.service import DEFAULTS, ServiceError, env_values, service
+from ansible_collections.topolaunch.sglang.plugins.module_utils.launch import DEFAULTS, ServiceError, env_values, service
 
 
 def main():
