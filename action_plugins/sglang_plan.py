@@ -44,7 +44,10 @@ class ActionModule(ActionBase):
         if save_to and not result.get("failed"):
             path = os.path.expanduser(save_to)
             try:
-                result["saved"] = save_json(path, result["plan"])
+                saved_plan = save_json(path, result["plan"])
+                saved_candidates = save_json(os.path.join(os.path.dirname(path), "candidates.json"),
+                                             result["candidates"])
+                result["saved"] = saved_plan or saved_candidates
             except OSError as exc:
                 raise AnsibleActionFail("sglang_plan: cannot save the plan to %s: %s" % (path, exc))
             result["saved_to"] = path

@@ -1,6 +1,6 @@
 """Benchmark results: parse sglang.bench_serving JSON lines, store runs, summarize, feed the planner.
 
-Plain Python 3.9+ stdlib. Used by the bench_record module and the sglang_plan action plugin (on the controller) and by
+Plain Python 3.9+ stdlib, controller side only. Used by the sglang_bench and sglang_plan action plugins and by
 tools/report.py.
 
 On-disk layout (one directory per model x topology fingerprint x layout, one run per id):
@@ -24,6 +24,8 @@ import json
 import math
 import os
 import re
+
+from ansible_collections.topolaunch.sglang.plugins.module_utils.constants import server_view
 
 SCHEMA_VERSION = 1
 
@@ -422,6 +424,21 @@ def _load_layout_dir(path, model, fingerprint, layout):
 
 
 # ---------------------------------------------------------------------------------------------------- summary
+
+
+def measured_run(runs, plan, points, bench):
+    """The newest complete run of this very server (the plan's SERVER_KEYS) at this very workload (the same points
+    and bench settings), or None: what the bench stage skips re-measuring unless forced."""
+    wanted_points = [_requested_point(p) for p in points]
+    for run in reversed(runs):
+        meta = run.get("meta") or {}
+        if run.get("error") or not run.get("plan") or meta.get("points") != wanted_points:
+            continue
+        if meta.get("bench") != bench or server_view(run["plan"]) != server_view(plan):
+            continue
+        if len(run["points"]) == len(wanted_points) and all(p.get("status") == STATUS_OK for p in run["points"]):
+            return run
+    return None
 
 
 def workload_of(point):

@@ -1,24 +1,27 @@
-"""Check, write and start the systemd unit that runs the planned SGLang server, in one call.
+"""Validate, write and start the systemd unit that runs the planned SGLang server, in one call.
 
-`service(opts, check_mode, run)` is the logic of the `sglang_service` module. Two states:
+`service(opts, check_mode, run)` is the logic of the `sglang_launch` module (stages validate and launch). Two states:
 
-- `checked` reads only (the launch role runs it before cleanup stops anything):
-  1. preconditions, each failing with the bad value, what to do and "nothing was stopped": the SGLang python
-     exists and is executable, an absolute `plan.model_path` has a config.json, the service user exists, the
-     plan the unit runs now (`<state_dir>/current_plan.json`) is readable;
+- `checked` is the validate step: it reads only, and runs on every server before anything is stopped anywhere:
+  1. `validate()`: the plan itself (complete and consistent: argv, GPUs, CUDA_VISIBLE_DEVICES, env, port,
+     fingerprint, version, layout), the plan made for this host's GPUs (`topology_fingerprint`, `gpu_count` when
+     the caller knows them), the rendered env file's lines, the SGLang python, an absolute `plan.model_path` with
+     a config.json, the service user, the plan the unit runs now (`<state_dir>/current_plan.json`) readable. Every
+     problem is reported at once, with "nothing was stopped";
   2. the decision whether the server must be replaced, with its reasons: forced; the unit is not active; the plan
-     changed (only `server_keys` are compared, key order does not matter); the unit file changed; the env file
+     changed (only SERVER_KEYS are compared, key order does not matter); the unit file changed; the env file
      changed. A file "changed" when its content, mode or owner differ from what would be written.
-- `started` does the same, then: creates the env file's directory and `state_dir` (root 0755); writes the env
-  file (root 0600, created 0600: the secrets are never readable by anyone else), the unit file (0644) and
-  `current_plan.json` (0644), each only when it differs, each atomically (temp file in the same directory, then
-  rename); `systemctl daemon-reload` when the unit file was written (or systemd asks for it); when the unit is
-  loaded and (replace or not active) `systemctl reset-failed` (a server that crashed repeatedly leaves systemd's
-  start-limit counter spent, and our deliberate start would be refused); enable/disable per `enabled`; then
-  `systemctl restart` when replacing, `systemctl start` when not active. A failed start raises with systemctl's
-  message and the unit's last journal lines.
+- `started` is the launch step: the same, then: creates the env file's directory and `state_dir` (root 0755);
+  writes the env file (root 0600, created 0600: the secrets are never readable by anyone else) and the unit file
+  (0644) when they differ, and `current_plan.json` (0644) only when the server is (re)started (it records what
+  the unit runs: a kept server keeps its record), each atomically (temp file in the same directory, then rename);
+  `systemctl daemon-reload` when the unit file was written (or systemd asks for it); when the unit is loaded and
+  (replace or not active) `systemctl reset-failed` (a server that crashed repeatedly leaves systemd's start-limit
+  counter spent, and our deliberate start would be refused); enable/disable per `enabled`; then `systemctl
+  restart` when replacing. A failed start raises with systemctl's message and the unit's last journal lines.
 
-Check mode: everything is read and decided; `written` and `actions` say what would be done; nothing changes.
+Both states return the plan they act on (`plan`). Check mode: everything is read and decided; `written` and
+`actions` say what would be done; nothing changes.
 
 Plain Python 3.9+ stdlib; systemctl/journalctl through `run(argv) -> (rc, out, err)`; file owner through `owner`
 (uid, gid), root in production.
@@ -26,24 +29,29 @@ Plain Python 3.9+ stdlib; systemctl/journalctl through `run(argv) -> (rc, out, e
 import json
 import os
 import pwd
+import re
 
+from .constants import ENV_FILE, SERVER_KEYS, SERVICE_USER, STATE_DIR, UNIT_DIR, UNIT_NAME, CURRENT_PLAN, VENV_ROOT
+from .constants import server_view, sglang_python, state_file
 from .system import file_differs, journal, run as _run, show, write_atomic
 
-__all__ = ["ServiceError", "service", "decide", "server_view", "file_differs", "write_atomic", "env_values",
+__all__ = ["ServiceError", "service", "validate", "plan_problems", "decide", "server_view", "env_values",
            "plan_text", "DEFAULTS", "SHOW_PROPS"]
 
 DEFAULTS = {
-    "name": "topolaunch-sglang.service",
+    "unit_name": UNIT_NAME,
     "plan": {},
     "unit_content": "",
     "env_content": "",
-    "env_file": "/etc/topolaunch/sglang.env",
-    "state_dir": "/var/lib/topolaunch",
-    "unit_dir": "/etc/systemd/system",
-    "python": "",
-    "service_user": "sglang",
-    "server_keys": ["layout", "gpu_indices", "cuda_visible_devices", "env", "argv", "host", "port", "model_path",
-                    "served_model_name", "sglang_version"],
+    "env_file": ENV_FILE,
+    "state_dir": STATE_DIR,
+    "unit_dir": UNIT_DIR,
+    "venv_root": VENV_ROOT,
+    "python": None,
+    "service_user": SERVICE_USER,
+    "server_keys": SERVER_KEYS,
+    "topology_fingerprint": None,
+    "gpu_count": None,
     "force": False,
     "enabled": None,
     "state": "checked",
@@ -56,6 +64,9 @@ UNIT_CHANGED = "the unit file changed"
 ENV_CHANGED = "the env file changed"
 SAME = "the same plan already runs"
 NOTHING_STOPPED = "nothing was stopped"
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_LINE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*=".*"$')
+FINGERPRINT = re.compile(r"^[0-9a-f]{12}$")
 
 
 class ServiceError(Exception):
@@ -104,11 +115,6 @@ def env_values(content, keys):
 
 # --------------------------------------------------------------------------------------------- decision
 
-def server_view(plan, keys):
-    """The parts of a plan that make the server what it is, as key-sorted JSON (key order does not matter)."""
-    return json.dumps({k: v for k, v in plan.items() if k in keys}, sort_keys=True)
-
-
 def _layout_name(plan, default):
     layout = plan.get("layout")
     return layout.get("name", default) if isinstance(layout, dict) else default
@@ -146,9 +152,70 @@ def _running_plan(path):
     return plan
 
 
-def _preconditions(o):
-    """Fail before anything changes when the venv, the model or the service user is not there."""
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def plan_problems(plan, fingerprint=None, gpu_count=None):
+    """Every reason the plan cannot be launched as it is (empty: usable). `fingerprint`, `gpu_count`: this host's
+    topology when the caller knows it (the plan must have been made for these GPUs)."""
+    problems = []
+    argv = plan.get("argv")
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        problems.append("argv %r is not a non-empty list of strings" % (argv,))
+    elif any("\n" in a for a in argv):
+        problems.append("argv has an item with a line break: %r" % [a for a in argv if "\n" in a][0])
+    gpus = plan.get("gpu_indices")
+    if not isinstance(gpus, list) or not gpus or not all(_is_int(g) and g >= 0 for g in gpus) \
+            or len(set(gpus)) != len(gpus):
+        problems.append("gpu_indices %r are not distinct GPU indices" % (gpus,))
+        gpus = None
+    cvd = plan.get("cuda_visible_devices")
+    if gpus is not None and cvd != ",".join(str(g) for g in gpus):
+        problems.append("cuda_visible_devices %r is not gpu_indices %s" % (cvd, gpus))
+    env = plan.get("env")
+    if not isinstance(env, dict):
+        problems.append("env %r is not a mapping" % (env,))
+    else:
+        problems.extend("env name %r is not a variable name" % k for k in env if not ENV_NAME.match(str(k)))
+        problems.extend("env %s has a line break" % k for k, v in env.items() if "\n" in str(v))
+        if env.get("CUDA_VISIBLE_DEVICES", cvd) != cvd:
+            problems.append("env CUDA_VISIBLE_DEVICES %r is not cuda_visible_devices %r" % (env["CUDA_VISIBLE_DEVICES"], cvd))
+    port = plan.get("port")
+    if not _is_int(port) or not 0 < port < 65536:
+        problems.append("port %r is not a port number (1-65535)" % (port,))
+    plan_fp = plan.get("topology_fingerprint")
+    if not isinstance(plan_fp, str) or not FINGERPRINT.match(plan_fp):
+        problems.append("topology_fingerprint %r is not 12 hex digits" % (plan_fp,))
+    elif fingerprint and plan_fp != fingerprint:
+        problems.append("the plan was made for topology %s but this host reads %s" % (plan_fp, fingerprint))
+    if gpus is not None and gpu_count is not None and max(gpus) >= gpu_count:
+        problems.append("the plan uses GPUs %s but this host has %d" % (gpus, gpu_count))
+    version = plan.get("sglang_version")
+    if not isinstance(version, str) or not version:
+        problems.append("sglang_version %r is not a version" % (version,))
+    layout = plan.get("layout")
+    if not isinstance(layout, dict) or not isinstance(layout.get("name"), str):
+        problems.append("layout %r has no name" % (layout,))
+    return problems
+
+
+def validate(o):
+    """Everything checked before anything is stopped; raises ServiceError naming every problem.
+
+    The plan, the rendered env file, the SGLang python, the model directory, the service user. One remote call
+    carries all of it, so that a plan that cannot start never costs the running server. Checks still to come
+    belong here too: the SGLang version installed in the venv (issue 13: read it from the venv and compare with
+    plan.sglang_version) and the rendered unit checked with `systemd-analyze verify` on a temporary copy (issue
+    14)."""
     plan = o["plan"]
+    problems = ["the plan: " + p for p in plan_problems(plan, o["topology_fingerprint"], o["gpu_count"])]
+    for number, line in enumerate(o["env_content"].splitlines(), 1):
+        if line.strip() and not line.startswith("#") and not ENV_LINE.match(line):
+            problems.append("env file line %d is not NAME=\"value\" (a line break in a value of the plan's env or "
+                            "launch_extra_env?)" % number)
+    if problems:
+        raise ServiceError("Cannot launch: %s. Re-run the plan stage; %s." % ("; ".join(problems), NOTHING_STOPPED))
     python = o["python"]
     if not python or not os.path.isfile(python) or not os.access(python, os.X_OK):
         raise ServiceError(
@@ -172,7 +239,7 @@ def _preconditions(o):
 # ------------------------------------------------------------------------------------------------ service
 
 def service(opts, check_mode=False, run=_run, owner=(0, 0)):
-    """Check (and with state `started` write and start) the unit; returns the module's result.
+    """Validate (and with state `started` write and start) the unit; returns the module's result.
 
     Raises ServiceError with a message for the user and `result` (what was decided and done so far)."""
     o = dict(DEFAULTS)
@@ -180,17 +247,21 @@ def service(opts, check_mode=False, run=_run, owner=(0, 0)):
     if o["state"] not in ("checked", "started"):
         raise ServiceError("state %r: must be checked or started" % o["state"])
     if not isinstance(o["plan"], dict) or not o["plan"]:
-        raise ServiceError("plan: the plan (a non-empty mapping) is required; %s" % NOTHING_STOPPED)
-    name = o["name"]
+        raise ServiceError("No plan to launch: the plan stage did not run in this play and saved no plan on the "
+                           "controller. Run it first (deploy.yml --tags relaunch runs plan, validate, cleanup, launch "
+                           "and health); %s." % NOTHING_STOPPED)
+    if not o["python"]:
+        o["python"] = sglang_python(o["plan"].get("sglang_version", ""), o["venv_root"])
+    name = o["unit_name"]
     unit_path = os.path.join(o["unit_dir"], name)
-    plan_path = os.path.join(o["state_dir"], "current_plan.json")
+    plan_path = state_file(o["state_dir"], CURRENT_PLAN)
     files = [  # (path, content, mode): written in this order, the env file before the unit that reads it
         (o["env_file"], o["env_content"], 0o600),
         (unit_path, o["unit_content"], 0o644),
         (plan_path, plan_text(o["plan"]), 0o644),
     ]
 
-    _preconditions(o)
+    validate(o)
     running = _running_plan(plan_path)
     props = show(name, SHOW_PROPS, run, ServiceError)
     differs = {path: file_differs(path, content, mode, owner) for path, content, mode in files}
@@ -199,10 +270,13 @@ def service(opts, check_mode=False, run=_run, owner=(0, 0)):
     result = {
         "changed": False, "replace": bool(reasons), "reasons": reasons, "reason": ", ".join(reasons) or SAME,
         "unit_state": {k: props.get(k, "") for k in ("LoadState", "ActiveState", "SubState", "UnitFileState")},
-        "unit_path": unit_path, "plan_path": plan_path, "written": [], "actions": [],
+        "unit_path": unit_path, "plan_path": plan_path, "written": [], "actions": [], "plan": o["plan"],
+        "stage": "validate" if o["state"] == "checked" else "launch",
     }
     if o["state"] == "checked":
         return result
+    # A kept server keeps its record: current_plan.json says what the unit was started with.
+    differs[plan_path] = differs[plan_path] and result["replace"]
 
     # ---- started: directories, files
     for directory in sorted({os.path.dirname(o["env_file"]), o["state_dir"]}):
@@ -242,10 +316,9 @@ def service(opts, check_mode=False, run=_run, owner=(0, 0)):
     if o["enabled"] is not None and o["enabled"] != (props.get("UnitFileState") == "enabled"):
         verb = "enable" if o["enabled"] else "disable"
         act(["systemctl", verb, name], verb)
-    start = "restart" if result["replace"] else ("start" if not active else None)
-    if start:
+    if result["replace"]:                                  # "not active" is one of the reasons
         try:
-            act(["systemctl", start, name], start)
+            act(["systemctl", "restart", name], "restart")
         except ServiceError as exc:
             raise ServiceError("%s. Last log lines of %s (journalctl -u %s):\n%s" % (
                 exc, name, name, _journal_tail(name, o["journal_lines"], run)), result) from None

@@ -56,7 +56,7 @@ import hashlib
 import os
 import re
 
-from . import model_config
+from . import constants, model_config
 from .plan_args import FlagIndex, PLANNER_FLAGS, check_server_args, supported_versions
 from .plan_score import DEFAULT_BATCH, estimate, gpu_perf
 from .plan_topology import INTER_NODE_GBPS, NodeTopology, nccl_env
@@ -914,7 +914,7 @@ def _shell_word(word):
 
 def sglang_python(version):
     """The SGLang venv's python on the target (docs/DESIGN.md: /opt/sglang/venvs/<version>)."""
-    return "/opt/sglang/venvs/%s/bin/python" % version
+    return constants.sglang_python(version)
 
 
 def command_line(env, argv, python):

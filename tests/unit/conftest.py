@@ -16,8 +16,10 @@ import json
 import os
 import pathlib
 import subprocess
+from unittest import mock
 
 import pytest
+from ansible.module_utils.testing import patch_module_args
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FAKENVML_SRC = ROOT / "lab" / "fakenvml"
@@ -133,3 +135,39 @@ def fake_nvml(fake_nvml_build, tmp_path, monkeypatch):
     helper = FakeNvml(fake_nvml_build, tmp_path, monkeypatch)
     yield helper
     helper.shutdown()
+
+
+# ---------------------------------------------------------------------------------------- modules and actions
+@pytest.fixture
+def run_module(capsys):
+    """Run a module's main() as Ansible does (arguments in, one JSON result out):
+    run_module(module, args, check_mode=False) -> (exit code, result, raw stdout)."""
+
+    def run(module, args, check_mode=False):
+        if check_mode:
+            args = dict(args, _ansible_check_mode=True)
+        with patch_module_args(args), pytest.raises(SystemExit) as exc:
+            module.main()
+        out = capsys.readouterr().out
+        return exc.value.code, json.loads(out), out
+
+    return run
+
+
+def make_action(plugin, args, check_mode=False):
+    """An action plugin's ActionModule for a task with these arguments (connection, loader, templar mocked)."""
+    task = mock.MagicMock()
+    task.args = args
+    task.async_val = 0
+    task.check_mode = check_mode
+    return plugin.ActionModule(task, mock.MagicMock(), mock.MagicMock(), loader=None, templar=None,
+                               shared_loader_obj=None)
+
+
+@pytest.fixture
+def run_action(monkeypatch):
+    """Run a controller-side action plugin as Ansible does: run_action(plugin, args, check_mode=False) -> result."""
+    from ansible.plugins.action import ActionBase  # pylint: disable=import-outside-toplevel
+
+    monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+    return lambda plugin, args, check_mode=False: make_action(plugin, args, check_mode).run(task_vars={})

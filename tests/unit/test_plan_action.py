@@ -3,22 +3,22 @@ import json
 import os
 import pathlib
 import stat
-from unittest import mock
 
 import pytest
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.plugins.filter.core import to_nice_json
 
-from ansible_collections.topolaunch.sglang.plugins.modules import bench_record
-from test_results_modules import record_args, run
+from ansible_collections.topolaunch.sglang.plugins.action import sglang_bench
+from conftest import make_action
+from test_sglang_bench import record_args
 
 from ansible_collections.topolaunch.sglang.plugins.action import sglang_plan as action
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils.artifacts import save_json
 
 
-def test_measured_reads_the_bench_results(tmp_path, capsys):
-    assert run(bench_record, record_args(tmp_path), capsys)[0] == 0
+def test_measured_reads_the_bench_results(tmp_path, run_action):
+    run_action(sglang_bench, record_args(tmp_path))
     records = action.measured(str(tmp_path))
     assert [(m["model"], m["topology_fingerprint"], m["layout"], m["max_concurrency"], m["output_throughput"])
             for m in records] == [("glm-5-nvfp4", "a1b2c3d4e5f6", "tp8", 1, 321.0)]
@@ -28,8 +28,8 @@ def test_measured_of_a_missing_tree_is_empty(tmp_path):
     assert action.measured(str(tmp_path / "none")) == []
 
 
-def test_measured_names_a_broken_tree(tmp_path, capsys):
-    assert run(bench_record, record_args(tmp_path), capsys)[0] == 0
+def test_measured_names_a_broken_tree(tmp_path, run_action):
+    run_action(sglang_bench, record_args(tmp_path))
     meta = next(tmp_path.rglob("*.meta.json"))
     meta.write_text("{not json")
     with pytest.raises(AnsibleActionFail, match="cannot read the measured results in %s: .*meta.json" % tmp_path):
@@ -48,20 +48,16 @@ def test_save_writes_pretty_json_0644_once(tmp_path):
 
 
 def _action(args):
-    task = mock.MagicMock()
-    task.args = args
-    task.async_val = 0
-    return action.ActionModule(task, mock.MagicMock(), mock.MagicMock(), loader=None, templar=None,
-                               shared_loader_obj=None)
+    return make_action(action, args)
 
 
-def test_run_passes_measured_and_saves_the_plan(tmp_path, capsys, monkeypatch):
-    assert run(bench_record, record_args(tmp_path / "results"), capsys)[0] == 0
+def test_run_passes_measured_and_saves_the_plan(tmp_path, run_action, monkeypatch):
+    run_action(sglang_bench, record_args(tmp_path / "results"))
     calls = []
 
     def execute(self, module_name, module_args, task_vars):
         calls.append((module_name, module_args))
-        return {"changed": False, "plan": {"layout": {"name": "tp8"}}, "report": []}
+        return {"changed": False, "plan": {"layout": {"name": "tp8"}}, "candidates": [{"name": "tp8"}], "report": []}
 
     monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
     monkeypatch.setattr(action.ActionModule, "_execute_module", execute)
@@ -73,6 +69,7 @@ def test_run_passes_measured_and_saves_the_plan(tmp_path, capsys, monkeypatch):
     assert [m["layout"] for m in args["measured"]] == ["tp4pp2", "tp8"]
     assert result["saved"] is True and result["saved_to"] == str(save_to)
     assert json.loads(save_to.read_text()) == {"layout": {"name": "tp8"}}
+    assert json.loads((save_to.parent / "candidates.json").read_text()) == [{"name": "tp8"}]     # beside it
 
 
 def test_run_saves_nothing_when_planning_failed(tmp_path, monkeypatch):

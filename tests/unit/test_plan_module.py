@@ -32,6 +32,9 @@ def test_module_plans_the_field_launch(vnuma, capsys, check_mode):
     assert plan["argv"][plan["argv"].index("--pp-size") + 1] == "2"
     assert any(line.startswith("launch: CUDA_DEVICE_ORDER=PCI_BUS_ID") for line in out["report"])
     assert "candidates:" in out["report"]
+    # One plan shape: the candidates table is beside the plan, not inside it.
+    assert "candidates" not in plan and out["stage"] == "plan"
+    assert "tp4pp2" in [c["name"] for c in out["candidates"] if c["valid"]]
 
 
 def test_module_takes_a_layout_mapping_and_a_python(vnuma, capsys):

@@ -25,13 +25,13 @@ HF_TOKEN = "hf_s3cr3t\"tok"
 API_KEY = "sk-v3ry-s3cr3t"
 
 
-def plan(layout="tp8", **kw):
-    p = {"layout": {"name": layout, "tp": 8, "pp": 1, "dp": 1, "ep": 1, "nnodes": 1},
+def plan(name="tp8", **kw):
+    p = {"layout": {"name": name, "tp": 8, "pp": 1, "dp": 1, "ep": 1, "nnodes": 1},
          "gpu_indices": list(range(8)), "cuda_visible_devices": "0,1,2,3,4,5,6,7",
          "env": {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"},
          "argv": ["--model-path", "/m", "--tp-size", "8"], "host": "127.0.0.1", "port": 30000,
          "model_path": "/m", "served_model_name": "glm", "sglang_version": "0.5.9",
-         "candidates": [{"name": layout, "score": 1.0}], "reason": "best", "topology_fingerprint": "a1b2c3d4e5f6"}
+         "reason": "best", "topology_fingerprint": "a1b2c3d4e5f6"}
     p.update(kw)
     return p
 
@@ -95,7 +95,7 @@ def host(tmp_path):
 
 
 def opts(tmp, state="started", **kw):
-    o = {"name": UNIT, "plan": plan(model_path=str(tmp / "m")), "unit_content": "[Service]\nExecStart=/x\n",
+    o = {"unit_name": UNIT, "plan": plan(model_path=str(tmp / "m")), "unit_content": "[Service]\nExecStart=/x\n",
          "env_content": ENV, "env_file": str(tmp / "etc" / "sglang.env"), "state_dir": str(tmp / "state"),
          "unit_dir": str(tmp / "systemd"), "python": str(tmp / "venv" / "bin" / "python"), "service_user": ME,
          "force": False, "enabled": True, "state": state}
@@ -164,7 +164,7 @@ def test_relative_model_path_is_not_checked(host):
 def test_bad_state_and_empty_plan_fail_by_name(host):
     with pytest.raises(ServiceError, match="state 'running': must be checked or started"):
         call(host, Systemd(host), state="running")
-    with pytest.raises(ServiceError, match="plan: the plan .* is required"):
+    with pytest.raises(ServiceError, match="^No plan to launch: the plan stage did not run in this play"):
         call(host, Systemd(host), plan={})
 
 
@@ -202,7 +202,7 @@ def test_same_plan_running_is_left_alone(host):
 
 def test_plan_compared_on_server_keys_only_and_key_order_free(host):
     sd = started_host(host)
-    p = plan(model_path=str(host / "m"), candidates=[], reason="other words", warnings=["x"])
+    p = plan(model_path=str(host / "m"), reason="other words", warnings=["x"])
     reordered = dict(reversed(list(p.items())))
     reordered["env"] = dict(reversed(list(p["env"].items())))
     res = call(host, sd, state="checked", plan=reordered)
@@ -432,3 +432,79 @@ def test_module_fails_before_anything_with_a_missing_user(host, capsys, monkeypa
     rc, out = run_module(module_args(host, service_user="no-such-user-tl"), capsys, sd, monkeypatch=monkeypatch)
     assert rc == 1 and out["msg"].startswith("Cannot launch: the service user 'no-such-user-tl' does not exist")
     assert not (host / "etc").exists() and sd.verbs() == []
+
+
+# ------------------------------------------------------------------------------- validate: the plan itself
+
+@pytest.mark.parametrize("change, words", [
+    ({"argv": []}, "argv [] is not a non-empty list of strings"),
+    ({"argv": ["--host", "a\nb"]}, "argv has an item with a line break: 'a\\nb'"),
+    ({"gpu_indices": [0, 0]}, "gpu_indices [0, 0] are not distinct GPU indices"),
+    ({"gpu_indices": [0, True]}, "gpu_indices [0, True] are not distinct GPU indices"),
+    ({"cuda_visible_devices": "1,0,2,3,4,5,6,7"}, "cuda_visible_devices '1,0,2,3,4,5,6,7' is not gpu_indices"),
+    ({"env": {"BAD NAME": "1"}}, "env name 'BAD NAME' is not a variable name"),
+    ({"env": {"X": "a\nb"}}, "env X has a line break"),
+    ({"env": {"CUDA_VISIBLE_DEVICES": "0"}}, "env CUDA_VISIBLE_DEVICES '0' is not cuda_visible_devices"),
+    ({"port": 0}, "port 0 is not a port number (1-65535)"),
+    ({"port": "30000"}, "port '30000' is not a port number"),
+    ({"topology_fingerprint": "xyz"}, "topology_fingerprint 'xyz' is not 12 hex digits"),
+    ({"sglang_version": ""}, "sglang_version '' is not a version"),
+    ({"layout": {"tp": 8}}, "layout {'tp': 8} has no name"),
+])
+@pytest.mark.parametrize("state", ["checked", "started"])
+def test_an_unusable_plan_fails_before_anything(host, change, words, state):
+    sd = Systemd(host)
+    with pytest.raises(ServiceError) as exc:
+        call(host, sd, state=state, plan=plan(model_path=str(host / "m"), **change))
+    msg = str(exc.value)
+    assert msg.startswith("Cannot launch: the plan: ") and words in msg, msg
+    assert msg.endswith("Re-run the plan stage; nothing was stopped.")
+    assert sd.calls == [] and not (host / "state").exists()
+
+
+def test_every_problem_is_named_at_once(host):
+    with pytest.raises(ServiceError) as exc:
+        call(host, Systemd(host), plan=plan(model_path=str(host / "m"), port=0, argv=[]))
+    assert "argv [] is not" in str(exc.value) and "port 0 is not" in str(exc.value)
+
+
+def test_a_plan_for_other_gpus_fails(host):
+    with pytest.raises(ServiceError, match="the plan was made for topology a1b2c3d4e5f6 but this host reads "
+                                           "0123456789ab"):
+        call(host, Systemd(host), state="checked", topology_fingerprint="0123456789ab")
+    with pytest.raises(ServiceError, match=r"the plan uses GPUs \[0, 1, 2, 3, 4, 5, 6, 7\] but this host has 4"):
+        call(host, Systemd(host), state="checked", gpu_count=4)
+    assert call(host, Systemd(host), state="checked", topology_fingerprint="a1b2c3d4e5f6", gpu_count=8)["replace"]
+
+
+def test_an_env_file_line_broken_by_a_value_fails(host):
+    with pytest.raises(ServiceError, match='env file line 2 is not NAME="value"'):
+        call(host, Systemd(host), state="checked", env_content='A="1\nB"\n')
+
+
+def test_python_defaults_to_the_venv_of_the_plans_version(host):
+    venv = host / "venvs" / "0.5.9" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").write_text("#!/bin/sh\n")
+    (venv / "python").chmod(0o755)
+    assert call(host, Systemd(host), state="checked", python=None, venv_root=str(host / "venvs"))["replace"]
+    with pytest.raises(ServiceError, match="the SGLang python '%s' " % (host / "nowhere" / "0.5.9" / "bin" / "python")):
+        call(host, Systemd(host), state="checked", python=None, venv_root=str(host / "nowhere"))
+
+
+def test_both_states_return_the_plan_and_their_stage(host):
+    sd = Systemd(host)
+    res = call(host, sd, state="checked")
+    assert res["plan"] == plan(model_path=str(host / "m")) and res["stage"] == "validate"
+    res = call(host, sd)
+    assert res["plan"] == plan(model_path=str(host / "m")) and res["stage"] == "launch"
+
+
+def test_a_kept_server_keeps_its_recorded_plan(host):
+    """The same server with a new explanation (reason, estimate, source) is left alone and its record too: a
+    second run changes nothing."""
+    sd = started_host(host)
+    recorded = (host / "state" / "current_plan.json").read_text()
+    res = call(host, sd, plan=plan(model_path=str(host / "m"), reason="measured results decide", source="measured"))
+    assert res["replace"] is False and res["changed"] is False and res["written"] == [] and sd.verbs() == []
+    assert (host / "state" / "current_plan.json").read_text() == recorded
