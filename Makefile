@@ -55,7 +55,7 @@ lint: setup
 	$(BIN)/ansible-lint --profile production
 
 unit: setup fakenvml sglang-wheel
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q tests/unit tests/sim
 
 molecule: setup repo
 	cd tests && $(CURDIR)/$(BIN)/molecule test --all

@@ -12,7 +12,6 @@ import stat
 
 import pytest
 import yaml
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.topolaunch.sglang.plugins.modules import sglang_health as sglang_wait
 from ansible_collections.topolaunch.sglang.plugins.module_utils import health as module_health
@@ -419,16 +418,17 @@ def test_a_missing_or_bad_plan_says_the_launch_stage_writes_it(tmp_path, content
 
 
 # ------------------------------------------------------------------------------------------ the module's main()
-def run_module(args, capsys, monkeypatch, unit, server, check_mode=False):
-    clock = Clock()
-    monkeypatch.setattr(sglang_wait, "check", functools.partial(module_health.check, run=unit.run, http=server,
-                                                                owner=ME, clock=clock, sleep=clock.sleep))
-    if check_mode:
-        args = dict(args, _ansible_check_mode=True)
-    with patch_module_args(args), pytest.raises(SystemExit) as exc:
-        sglang_wait.main()
-    out = capsys.readouterr().out
-    return exc.value.code, json.loads(out), out
+@pytest.fixture
+def health_module(run_module, monkeypatch):
+    """sglang_health's main() against a scripted unit and server: health_module(args, unit, server, check_mode)."""
+
+    def run(args, unit, server, check_mode=False):
+        clock = Clock()
+        monkeypatch.setattr(sglang_wait, "check", functools.partial(module_health.check, run=unit.run, http=server,
+                                                                    owner=ME, clock=clock, sleep=clock.sleep))
+        return run_module(sglang_wait, args, check_mode)
+
+    return run
 
 
 def module_args(state_dir, **kw):
@@ -436,44 +436,44 @@ def module_args(state_dir, **kw):
                  "last_good_path": str(state_dir / "last_good_plan.json"), "verify": True}, **kw)
 
 
-def test_module_verifies_records_and_keeps_the_key_out_of_its_output(state, ready_on_30000, capsys, monkeypatch):
+def test_module_verifies_records_and_keeps_the_key_out_of_its_output(state, ready_on_30000, health_module):
     state_dir, text = state
     server = Server()
-    rc, res, out = run_module(module_args(state_dir, api_key=KEY), capsys, monkeypatch, Unit([(active(), LOG)]), server)
+    rc, res, out = health_module(module_args(state_dir, api_key=KEY), Unit([(active(), LOG)]), server)
     assert rc == 0 and res["changed"] is True and res["state"] == "ready" and res["generated_tokens"] == 8
     assert res["plan"] == PLAN and (state_dir / "last_good_plan.json").read_text() == text
     assert server.calls[1]["headers"]["Authorization"] == "Bearer " + KEY          # sent...
     assert KEY not in out                                                             # ...but never shown
-    rc, res, _ = run_module(module_args(state_dir, api_key=KEY), capsys, monkeypatch, Unit([(active(), LOG)]),
+    rc, res, _ = health_module(module_args(state_dir, api_key=KEY), Unit([(active(), LOG)]),
                             Server())
     assert rc == 0 and res["changed"] is False
 
 
-def test_module_check_mode_reports_the_change_without_writing(state, ready_on_30000, capsys, monkeypatch):
+def test_module_check_mode_reports_the_change_without_writing(state, ready_on_30000, health_module):
     state_dir, _ = state
-    rc, res, _ = run_module(module_args(state_dir), capsys, monkeypatch, Unit([(active(), LOG)]), Server(),
+    rc, res, _ = health_module(module_args(state_dir), Unit([(active(), LOG)]), Server(),
                             check_mode=True)
     assert rc == 0 and res["changed"] is True and res["verified"] is True
     assert not (state_dir / "last_good_plan.json").exists()
 
 
-def test_module_failures_carry_the_plan(state, ready_on_30000, capsys, monkeypatch):
+def test_module_failures_carry_the_plan(state, ready_on_30000, health_module):
     state_dir, _ = state
-    rc, res, out = run_module(module_args(state_dir, api_key=KEY), capsys, monkeypatch, Unit([(active(), LOG)]),
+    rc, res, out = health_module(module_args(state_dir, api_key=KEY), Unit([(active(), LOG)]),
                               Server(generate=[(200, {"text": "", "meta_info": {"completion_tokens": 0}})]))
     assert rc == 1 and res["failed"] is True and res["msg"].startswith("/generate returned no tokens")
     assert res["plan"] == PLAN and KEY not in out
     assert not (state_dir / "last_good_plan.json").exists()
     dead = Unit([(active(ActiveState="failed", SubState="failed", Result="exit-code", ExecMainCode="1",
                          ExecMainStatus="1"), CRASH)])
-    rc, res, _ = run_module(module_args(state_dir), capsys, monkeypatch, dead, Server())
+    rc, res, _ = health_module(module_args(state_dir), dead, Server())
     assert rc == 1 and "died while starting" in res["msg"] and res["plan"] == PLAN
     assert res["error_lines"] == error_lines(CRASH)
 
 
-def test_module_without_a_plan_fails_before_watching(tmp_path, capsys, monkeypatch):
+def test_module_without_a_plan_fails_before_watching(tmp_path, health_module):
     unit = Unit([(active(), LOG)])
-    rc, res, _ = run_module(module_args(tmp_path), capsys, monkeypatch, unit, Server())
+    rc, res, _ = health_module(module_args(tmp_path), unit, Server())
     assert rc == 1 and "The launch stage writes it" in res["msg"] and "plan" not in res
     assert unit.calls == []
 
@@ -487,9 +487,9 @@ def test_module_keeps_the_key_secret_and_documents_both_modes():
         yaml.safe_load(sglang_wait.RETURN))
 
 
-def test_module_refuses_a_zero_timeout(state, capsys, monkeypatch):
+def test_module_refuses_a_zero_timeout(state, health_module):
     state_dir, _ = state
-    rc, res, _ = run_module(module_args(state_dir, ready_timeout=0), capsys, monkeypatch, Unit([]), Server())
+    rc, res, _ = health_module(module_args(state_dir, ready_timeout=0), Unit([]), Server())
     assert rc == 1 and res["msg"] == "ready_timeout 0.0: must be greater than 0" and res["stage"] == "health"
 
 

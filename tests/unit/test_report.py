@@ -4,7 +4,7 @@ import pathlib
 import struct
 import sys
 
-from test_results import SERVER_INFO_SIM, bench_line
+from test_bench import SERVER_INFO_SIM, bench_line
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils import bench as results
 
 import report  # noqa: E402  (tools/ is not a package)

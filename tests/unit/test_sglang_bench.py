@@ -5,7 +5,7 @@ from ansible.errors import AnsibleActionFail
 
 from ansible_collections.topolaunch.sglang.plugins.action import sglang_bench
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils.bench import load_runs, measured_records
-from test_results import bench_line
+from test_bench import bench_line
 
 PLAN = {"layout": {"name": "tp8", "tp": 8}, "argv": ["--tp-size", "8"], "port": 30000, "model_name": "glm-5-nvfp4",
         "topology_fingerprint": "a1b2c3d4e5f6", "reason": "auto"}

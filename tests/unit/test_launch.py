@@ -10,7 +10,6 @@ import pwd
 import stat
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 from ansible.plugins.filter.core import to_nice_json
 
 from ansible_collections.topolaunch.sglang.plugins.modules import sglang_launch as sglang_service
@@ -386,13 +385,16 @@ def test_check_mode_on_a_running_server(host):
 
 # -------------------------------------------------------------------------------------------- module main()
 
-def run_module(args, capsys, sd, check_mode=False, monkeypatch=None):
-    monkeypatch.setattr(sglang_service, "service", functools.partial(sglang_service.service, run=sd.run, owner=OWNER))
-    if check_mode:
-        args = dict(args, _ansible_check_mode=True)
-    with patch_module_args(args), pytest.raises(SystemExit) as exc:
-        sglang_service.main()
-    return exc.value.code, json.loads(capsys.readouterr().out)
+@pytest.fixture
+def launch_module(run_module, monkeypatch):
+    """sglang_launch's main() against a scripted systemd: launch_module(args, sd, check_mode) -> (rc, result)."""
+
+    def run(args, sd, check_mode=False):
+        monkeypatch.setattr(sglang_service, "service", functools.partial(sglang_service.service, run=sd.run,
+                                                                         owner=OWNER))
+        return run_module(sglang_service, args, check_mode)[:2]
+
+    return run
 
 
 def module_args(tmp, **kw):
@@ -401,35 +403,35 @@ def module_args(tmp, **kw):
     return o
 
 
-def test_module_started_then_idempotent(host, capsys, monkeypatch):
+def test_module_started_then_idempotent(host, launch_module):
     sd = Systemd(host)
-    rc, out = run_module(module_args(host), capsys, sd, monkeypatch=monkeypatch)
+    rc, out = launch_module(module_args(host), sd)
     assert rc == 0 and out["changed"] is True and out["actions"] == ["daemon-reload", "reset-failed", "restart"]
-    rc, out = run_module(module_args(host, state="checked"), capsys, sd, monkeypatch=monkeypatch)
+    rc, out = launch_module(module_args(host, state="checked"), sd)
     assert rc == 0 and out["changed"] is False and out["reason"] == "the same plan already runs"
-    rc, out = run_module(module_args(host), capsys, sd, monkeypatch=monkeypatch)
+    rc, out = launch_module(module_args(host), sd)
     assert rc == 0 and out["changed"] is False
 
 
-def test_module_check_mode(host, capsys, monkeypatch):
+def test_module_check_mode(host, launch_module):
     sd = Systemd(host)
-    rc, out = run_module(module_args(host), capsys, sd, check_mode=True, monkeypatch=monkeypatch)
+    rc, out = launch_module(module_args(host), sd, check_mode=True)
     assert rc == 0 and out["changed"] is True and not (host / "etc").exists()
 
 
-def test_module_never_shows_the_secrets(host, capsys, monkeypatch):
+def test_module_never_shows_the_secrets(host, launch_module):
     """Neither the env content nor the secrets in it (SGLang logs its api_key) reach the module's output."""
     sd = Systemd(host, restart=(1, "Job for %s failed." % UNIT))
-    rc, out = run_module(module_args(host), capsys, sd, monkeypatch=monkeypatch)
+    rc, out = launch_module(module_args(host), sd)
     text = json.dumps(out)
     assert rc == 1 and "Job for %s failed." % UNIT in out["msg"] and "server_args=ServerArgs(api_key=" in out["msg"]
     assert API_KEY not in text and "s3cr3t" not in text
     assert out["invocation"]["module_args"]["env_content"] == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
 
 
-def test_module_fails_before_anything_with_a_missing_user(host, capsys, monkeypatch):
+def test_module_fails_before_anything_with_a_missing_user(host, launch_module):
     sd = Systemd(host)
-    rc, out = run_module(module_args(host, service_user="no-such-user-tl"), capsys, sd, monkeypatch=monkeypatch)
+    rc, out = launch_module(module_args(host, service_user="no-such-user-tl"), sd)
     assert rc == 1 and out["msg"].startswith("Cannot launch: the service user 'no-such-user-tl' does not exist")
     assert not (host / "etc").exists() and sd.verbs() == []
 
