@@ -72,7 +72,8 @@ options:
     default: false
 extends_documentation_fragment:
   - topolaunch.sglang.common
-author: topolaunch
+author:
+  - topolaunch project (@topolaunch)
 """
 
 EXAMPLES = r"""

@@ -28,7 +28,7 @@ options:
         either way; the result's C(saved) says whether the file was written.
     type: path
 author:
-  - topolaunch
+  - topolaunch project (@topolaunch)
 """
 
 EXAMPLES = r"""

@@ -17,7 +17,7 @@ description:
     are appended when it is taken. Every file is created exclusively, so a result is never overwritten.
   - A point whose line is missing, whose client failed (O(client_error)) or whose C(completed) is below the prompts
     asked is a failure; failures (and O(error)) are written to C(<run id>.error.json) and returned in C(failures).
-    It does not fail on them: the caller fails the stage with C(message).
+    It does not fail on them; the caller fails the stage with C(message).
   - In check mode nothing is written; the result says which run id would be used.
 options:
   state:
@@ -75,7 +75,8 @@ options:
   error:
     description: A failure outside the client, with C(stage) and C(message) (a sweep layout that did not come up).
     type: dict
-author: topolaunch
+author:
+  - topolaunch project (@topolaunch)
 """
 
 EXAMPLES = r"""

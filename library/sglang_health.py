@@ -85,7 +85,8 @@ options:
     description: Tokens the test generation asks for.
     type: int
     default: 8
-author: topolaunch
+author:
+  - topolaunch project (@topolaunch)
 """
 
 EXAMPLES = r"""
@@ -179,8 +180,8 @@ error_lines:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.topolaunch.sglang.plugins.module_utils.constants import (CURRENT_PLAN, LAST_GOOD_PLAN, STATE_DIR,
-                                                                                   UNIT_NAME, state_file)
+from ansible_collections.topolaunch.sglang.plugins.module_utils.constants import (
+    CURRENT_PLAN, LAST_GOOD_PLAN, STATE_DIR, UNIT_NAME, state_file)
 from ansible_collections.topolaunch.sglang.plugins.module_utils.health import HealthError, check
 
 ARGUMENT_SPEC = {
@@ -200,7 +201,7 @@ ARGUMENT_SPEC = {
     "ready_timeout": {"type": "float", "default": 30},
     "http_timeout": {"type": "float", "default": 60},
     "prompt": {"type": "str", "default": "The capital of France is"},
-    "max_new_tokens": {"type": "int", "default": 8},
+    "max_new_tokens": {"type": "int", "default": 8, "no_log": False},
 }
 
 

@@ -87,7 +87,8 @@ options:
     type: list
     elements: str
     default: [HF_TOKEN, TOPOLAUNCH_API_KEY]
-author: topolaunch
+author:
+  - topolaunch project (@topolaunch)
 """
 
 EXAMPLES = r"""
@@ -173,7 +174,7 @@ ARGUMENT_SPEC = {
     "unit_dir": {"type": "path", "default": DEFAULTS["unit_dir"]},
     "venv_root": {"type": "path", "default": DEFAULTS["venv_root"]},
     "python": {"type": "path"},
-    "server_keys": {"type": "list", "elements": "str", "default": DEFAULTS["server_keys"]},
+    "server_keys": {"type": "list", "elements": "str", "default": DEFAULTS["server_keys"], "no_log": False},
     "topology_fingerprint": {"type": "str"},
     "gpu_count": {"type": "int"},
     "force": {"type": "bool", "default": False},

@@ -101,7 +101,7 @@ options:
     description: SGLang venv python for the printed command line (default /opt/sglang/venvs/<version>/bin/python).
     type: str
 author:
-  - topolaunch
+  - topolaunch project (@topolaunch)
 """
 
 EXAMPLES = r"""

@@ -321,7 +321,7 @@ def record_run(results_dir, model, fingerprint, layout, started, requested, line
     if not files:
         raise ResultsError("nothing to record for layout %s: no points asked and no error given" % layout)
     run_id = reserve_run(directory, run_id_for(started), files[0][0], files[0][1], create=write)
-    paths = [os.path.join(directory, run_id + suffix) for suffix, _ in files]
+    paths = [os.path.join(directory, run_id + suffix) for suffix, _data in files]
     if write:
         for (suffix, data), path in zip(files[1:], paths[1:]):
             _write_new(path, data)
@@ -490,7 +490,7 @@ def winner(layouts):
     result = {"layout": top, "output_throughput": top_tp, "max_concurrency": top_c,
               "runner_up": None, "runner_up_throughput": None, "margin_pct": None}
     if len(peaks) > 1:
-        second_tp, second, _ = peaks[1]
+        second_tp, second, _unused = peaks[1]
         result.update({"runner_up": second, "runner_up_throughput": second_tp,
                        "margin_pct": (top_tp - second_tp) / second_tp * 100.0 if second_tp > 0 else None})
     return result

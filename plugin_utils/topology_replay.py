@@ -96,8 +96,9 @@ class Replay:
         self._answers = {}
         for entry in recording["calls"]:
             self._answers.setdefault(json.dumps(entry["call"]), entry)
-        self._overrides = {json.dumps(list(k[:1]) + [{"handle": a.index} if isinstance(a, Handle) else a
-                                                      for a in k[1:]]): v for k, v in (overrides or {}).items()}
+        self._overrides = {
+            json.dumps(list(k[:1]) + [{"handle": a.index} if isinstance(a, Handle) else a for a in k[1:]]): v
+            for k, v in (overrides or {}).items()}
         self.asked = []
 
     def __getattr__(self, name):

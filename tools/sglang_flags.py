@@ -34,7 +34,6 @@ import ast
 import glob
 import os
 import pathlib
-import pprint
 import subprocess
 import sys
 import zipfile
@@ -389,6 +388,20 @@ def _flag_entry(ev, call, fields, renames):
     return canonical, entry
 
 
+def literal(value, indent=0, width=110):
+    """value as a Python literal that passes pep8 (ansible-test sanity checks the collection's module_utils): on one
+    line when it fits, else one item per line with 4-space hanging indents."""
+    text = repr(value)
+    if indent + len(text) <= width or not isinstance(value, (dict, list)) or not value:
+        return text
+    pad = " " * (indent + 4)
+    if isinstance(value, dict):
+        items = ["%s%r: %s," % (pad, k, literal(v, indent + 4, width)) for k, v in value.items()]
+        return "{\n" + "\n".join(items) + "\n" + " " * indent + "}"
+    items = ["%s%s," % (pad, literal(v, indent + 4, width)) for v in value]
+    return "[\n" + "\n".join(items) + "\n" + " " * indent + "]"
+
+
 def render_module(version, flags, wheel_name):
     lines = [
         '"""SGLang %s launch_server flags, extracted from %s by tools/sglang_flags.py. Do not edit.' % (
@@ -400,7 +413,7 @@ def render_module(version, flags, wheel_name):
         "",
         "VERSION = %r" % version,
         "",
-        "FLAGS = " + pprint.pformat(flags, indent=1, width=110, sort_dicts=False),
+        "FLAGS = " + literal(flags),
         "",
     ]
     return "\n".join(lines)

@@ -377,7 +377,7 @@ def stop_unit(unit, run=_run, check_mode=False, clock=time.monotonic):
         out["would_stop"] = True
         return out
     t0 = clock()
-    rc, _, err = run(["systemctl", "stop", unit])
+    rc, _out, err = run(["systemctl", "stop", unit])
     after = show(unit, UNIT_PROPS, run, CleanupError)
     out.update(stopped=rc == 0, seconds=round(clock() - t0, 2), result=after.get("Result"),
                sigkilled=after.get("Result") == "timeout")
@@ -504,8 +504,7 @@ def _summary_processes(result, check_mode):
     items = result["stopped"]
     if not items:
         return "nothing left on GPUs %s; released in %.1f s" % (gpus, result["elapsed_s"])
-    return "stopped %d process(es) on GPUs %s in %.1f s: %s" % (
-        len(items), gpus, result["elapsed_s"],
-        "; ".join("pid %s %s (%s) GPU %s by %s" % (p["pid"], p["title"], p["user"],
-                                                  ",".join(str(g) for g in sorted(p["gpus"])) or "-", p["signal"])
-                  for p in items))
+    stopped = ["pid %s %s (%s) GPU %s by %s"
+               % (p["pid"], p["title"], p["user"], ",".join(str(g) for g in sorted(p["gpus"])) or "-", p["signal"])
+               for p in items]
+    return "stopped %d process(es) on GPUs %s in %.1f s: %s" % (len(items), gpus, result["elapsed_s"], "; ".join(stopped))

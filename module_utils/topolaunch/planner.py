@@ -193,7 +193,7 @@ def kv_dtype_bytes(model, values, compute_capability):
     if dtype in KV_DTYPE_BYTES:
         return KV_DTYPE_BYTES[dtype]
     # auto: DSA models default to fp8_e4m3 on SM >= 10 (server_args._set_default_nsa_kv_cache_dtype)
-    major = int(str(compute_capability or "0").split(".")[0] or 0)
+    major = int(str(compute_capability or "0").split(".", maxsplit=1)[0] or 0)
     if model["nsa"] and major >= 10:
         return 1
     return model["dtype_bytes"]
@@ -588,8 +588,8 @@ class PlanRequest:
     def __init__(self, **fields):
         unknown = sorted(set(fields) - set(self.FIELDS))
         if unknown:
-            raise PlanError(["unknown plan request field(s) %s (known: %s)" % (", ".join(unknown),
-                                                                              ", ".join(sorted(self.FIELDS)))])
+            raise PlanError(["unknown plan request field(s) %s (known: %s)"
+                             % (", ".join(unknown), ", ".join(sorted(self.FIELDS)))])
         for name, default in self.FIELDS.items():
             setattr(self, name, fields.get(name, default))
 
@@ -611,8 +611,8 @@ def plan(request):
         index = FlagIndex(str(sglang_version))
     except KeyError:
         reasons.append("sglang_version %s has no flag table (supported: %s); extract one with "
-                       "tools/sglang_flags.py --version %s" % (sglang_version, ", ".join(supported_versions()),
-                                                                sglang_version))
+                       "tools/sglang_flags.py --version %s"
+                       % (sglang_version, ", ".join(supported_versions()), sglang_version))
     if index is not None:
         missing = [f for f in PLANNER_FLAGS if not index.has(f)]
         if missing:
@@ -767,8 +767,8 @@ def _reason(chosen, candidates, wanted, measured_best, fingerprint, model_name):
                 (1 - runner["estimate"]["tokens_per_s"] / est["tokens_per_s"]) * 100)
     else:
         text = "layout %s was asked for and is valid; the heuristic ranks it %d of %d valid layouts (estimated " \
-               "%.0f tok/s at %d concurrent requests; %s)" % (chosen["name"], position, len(valid),
-                                                            est.get("tokens_per_s", 0), est.get("batch", 0), terms)
+               "%.0f tok/s at %d concurrent requests; %s)" % (
+                   chosen["name"], position, len(valid), est.get("tokens_per_s", 0), est.get("batch", 0), terms)
         if position > 1:
             text += "; %s is estimated first at %.0f tok/s" % (valid[0]["name"], valid[0]["estimate"]["tokens_per_s"])
     text += ". The score is an estimate, not a measurement: no measured results for %s on topology %s; %s." % (
@@ -788,8 +788,9 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
     per_node_order = [[g for grp in grp_facts for g in grp["gpus"]] for grp_facts in placement["groups"]]
     all_groups = [grp for node in placement["groups"] for grp in node]
     all_bounds = [b for node in placement["boundaries"] for b in node]
-    in_vm = any(node.facts.get("in_vm") or any(g.get("virtualization_mode") in ("passthrough", "vgpu")
-                                                for g in node.facts["gpus"]) for node in ctx.nodes)
+    in_vm = any(node.facts.get("in_vm")
+                or any(g.get("virtualization_mode") in ("passthrough", "vgpu") for g in node.facts["gpus"])
+                for node in ctx.nodes)
     numa_known = all(node.numa(i) is not None for node in ctx.nodes for i in node.indices)
     nccl, nccl_notes = nccl_env(all_groups, all_bounds, in_vm, numa_known)
     warnings = list(warnings) + nccl_notes + chosen.get("warnings", [])
@@ -801,7 +802,7 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
         base_argv += ["--dp-size", str(dp)]
     if ep > 1:
         base_argv += ["--ep-size", str(ep)]
-    for _, words in items:
+    for _arg, words in items:
         base_argv.extend(words)
 
     def node_env(order):
@@ -847,14 +848,14 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
         "served_model_name": str(served),
         "sglang_version": version,
         "pp_layer_partition": stages,
-        "memory": {k: v for k, v in chosen["memory"].items()},
+        "memory": dict(chosen["memory"]),
         "candidates": [_public(c) for c in candidates],
         "reason": _reason(chosen, candidates, wanted, measured_best, fingerprint, model["name"]),
         "warnings": warnings,
         "topology_fingerprint": ctx.nodes[node_rank].fingerprint,
         "model_name": model["name"],
-        "requested_layout": "auto" if wanted == "auto" else layout_name(wanted["tp"], wanted["pp"], wanted["dp"],
-                                                                          wanted["ep"]),
+        "requested_layout": "auto" if wanted == "auto" else layout_name(
+            wanted["tp"], wanted["pp"], wanted["dp"], wanted["ep"]),
         "source": chosen["source"],
         "estimate": chosen.get("estimate"),
         "tp_groups": [g["gpus"] for g in placement["groups"][node_rank]],
@@ -926,8 +927,8 @@ def command_line(env, argv, python):
 
 def candidate_table(candidates):
     """Readable lines: one per candidate, valid ones first in rank order."""
-    lines = ["%-14s %-5s %-6s %-9s %9s %11s  %s" % ("layout", "valid", "score", "source", "est tok/s", "weights/GPU",
-                                                   "GPUs / reasons")]
+    lines = ["%-14s %-5s %-6s %-9s %9s %11s  %s"
+             % ("layout", "valid", "score", "source", "est tok/s", "weights/GPU", "GPUs / reasons")]
     for c in candidates:
         est = c.get("estimate") or {}
         weights = c.get("weights_per_gpu_bytes")
@@ -948,8 +949,8 @@ def render_report(result, python=None):
     lines = ["layout %s (%s): %s" % (result["layout"]["name"], how, result["reason"]),
              "GPUs in CUDA_VISIBLE_DEVICES order: %s" % result["cuda_visible_devices"]]
     for stage in result["pp_layer_partition"]:
-        lines.append("  stage %d: layers %d-%d on GPUs %s" % (stage["stage"], stage["first_layer"],
-                                                               stage["last_layer"], stage.get("gpus")))
+        lines.append("  stage %d: layers %d-%d on GPUs %s"
+                     % (stage["stage"], stage["first_layer"], stage["last_layer"], stage.get("gpus")))
     mem = result["memory"]
     lines.append("memory per GPU: weights %s, usable %s (mem_fraction_static %s, %s), KV room %s (~%d tokens), "
                  "fits: %s" % (_gb(mem["weights_per_gpu_bytes"]), _gb(mem["usable_bytes"]), mem["mem_fraction_static"],
