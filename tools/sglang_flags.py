@@ -56,6 +56,7 @@ Usage:
     tools/sglang_flags.py --download            # only fetch the wheels into build/wheels
     tools/sglang_flags.py --version 0.5.23      # one version
     tools/sglang_flags.py --wheel path/to/sglang.whl [--out FILE]   # a wheel you have
+    tools/sglang_flags.py --diff 0.5.9 0.5.23   # markdown: removed, renamed, deprecated, changed, new flags
 
 Adding a version: add it to WHEELS (file name from `pip download --no-deps --only-binary=:all: sglang==X`), run
 `tools/sglang_flags.py --all`, import the new table in module_utils/topolaunch/plan_args.py.
@@ -813,6 +814,48 @@ def write_or_check(wheel, out, check, expect_version=None):
     return 0
 
 
+def diff_tables(old, new):
+    """Markdown lines: what changed for a user between two versions' tables (module_utils/topolaunch tables)."""
+    import importlib.util
+
+    def load(version):
+        spec = importlib.util.spec_from_file_location("t", module_path(version))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return {flag: expand(flag, entry) for flag, entry in module.FLAGS.items()}
+
+    a, b = load(old), load(new)
+    spelled_b = {s: flag for flag, e in b.items() for s in e["option_strings"]}
+    out = ["### Flags of %s that %s no longer has (%d)" % (old, new, sum(f not in spelled_b for f in a)), ""]
+    for flag in a:
+        if flag not in spelled_b:
+            out.append("- `%s`%s" % (flag, " (deprecated in %s)" % old if a[flag]["deprecated"] else ""))
+    moved = [f for f in a if f not in b and f in spelled_b]
+    out += ["", "### Flags of %s that are aliases in %s (%d)" % (old, new, len(moved)), ""]
+    out += ["- `%s` -> `%s`" % (f, spelled_b[f]) for f in moved]
+    dep = [f for f in b if b[f]["deprecated"]]
+    out += ["", "### Deprecated in %s (%d)" % (new, len(dep)), ""]
+    out += ["- `%s`: %s" % (f, "use `%s`" % b[f]["replacement"] if b[f]["replacement"] else "no replacement named")
+            for f in dep]
+    changed = []
+    for flag in a:
+        if flag in b:
+            keys = [k for k in ("dest", "type", "default", "action", "nargs", "required") if a[flag][k] != b[flag][k]]
+            lost = sorted(set(a[flag]["choices"] or []) - set(b[flag]["choices"] or [])) if b[flag]["choices"] else []
+            parts = ["%s %r -> %r" % (k, a[flag][k], b[flag][k]) for k in keys]
+            if lost:
+                parts.append("choices dropped: %s" % ", ".join(map(str, lost)))
+            if a[flag]["choices"] and b[flag]["choices"] is None:
+                parts.append("any value accepted (choices %s dropped)" % "/".join(map(str, a[flag]["choices"])))
+            if parts:
+                changed.append("- `%s`: %s" % (flag, "; ".join(parts)))
+    out += ["", "### Flags in both whose declaration changed (%d; added choices not listed)" % len(changed), ""]
+    out += changed
+    added = [f for f in b if f not in a]
+    out += ["", "### New in %s (%d)" % (new, len(added)), "", ", ".join("`%s`" % f for f in added), ""]
+    return out
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--all", action="store_true", help="every supported version (WHEELS)")
@@ -822,7 +865,12 @@ def main(argv=None):
     parser.add_argument("--wheel-dir", default=str(WHEEL_DIR))
     parser.add_argument("--out", help="output module (default module_utils/topolaunch/sglang_flags_<ver>.py)")
     parser.add_argument("--check", action="store_true", help="compare with the output file, write nothing")
+    parser.add_argument("--diff", nargs=2, metavar=("OLD", "NEW"), choices=sorted(WHEELS),
+                        help="print (markdown) what changed between two committed tables")
     args = parser.parse_args(argv)
+    if args.diff:
+        print("\n".join(diff_tables(*args.diff)))
+        return 0
     if sum(bool(x) for x in (args.all, args.download, args.version, args.wheel)) != 1:
         parser.error("give one of --all, --download, --version, --wheel")
     if args.out and (args.all or args.download):

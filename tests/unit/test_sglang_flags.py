@@ -477,3 +477,13 @@ def test_planner_argv_uses_only_canonical_long_flags(version):
         assert flag.startswith("--") and flags[flag]["aliases"] == [s for s in flags[flag]["option_strings"] if s != flag]
     # an abbreviation SGLang's argparse would take is never a key: keys are full option strings
     assert all(flag in flags[flag]["option_strings"] for flag in flags)
+
+
+def test_diff_lists_what_a_user_meets():
+    lines = tool.diff_tables("0.5.9", "0.5.23")
+    removed = lines[2:lines.index("### Flags of 0.5.9 that are aliases in 0.5.23 (1)")]
+    assert "- `--nsa-prefill-backend`" in removed and "- `--cuda-graph-max-bs`" in removed
+    assert "- `--tp-size`" not in removed
+    assert "- `--hierarchical-sparse-attention-extra-config` -> `--hisparse-config`" in lines
+    assert "- `--enable-dp-attention`: use `--attn-dp-size <dp-size>`" in lines
+    assert "- `--tp-size`: dest 'tensor_parallel_size' -> 'tp_size'" in lines
