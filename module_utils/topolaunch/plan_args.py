@@ -223,7 +223,8 @@ def check_server_args(server_args, index):
 
     Returns (items, values, reasons, warnings): items = [(flag, [argv words])] in canonical-flag order, values =
     {field or dest: converted value} for the planner's own rules, reasons = every problem found (not just the
-    first), warnings = flags the version marks deprecated (they still work; the warning names the replacement).
+    first), warnings = flags written that the version marks deprecated (they still work; the warning names the
+    replacement; a deprecated switch set to false writes nothing and is not warned about).
     """
     items, values, reasons, warnings, seen = [], {}, [], [], {}
     if server_args is None:
@@ -271,7 +272,7 @@ def check_server_args(server_args, index):
         values[name] = _plain_value(entry, value)
         if words:
             items.append((flag, words))
-        if entry["deprecated"] and entry["action"] != "DeprecatedAction":
+        if words and entry["deprecated"] and entry["action"] != "DeprecatedAction":
             warnings.append("%s: %s is deprecated in SGLang %s%s" % (
                 where, flag, index.version, ("; use %s" % entry["replacement"]) if entry["replacement"] else ""))
     items.sort(key=lambda item: item[0])

@@ -294,9 +294,13 @@ def test_deprecated_flag_warns_and_still_launches():
          "context_length": "128k", "tensor_parallel_size_x": None}, index)
     assert reasons == ["server_args.tensor_parallel_size_x: SGLang 0.5.23 has no flag for 'tensor_parallel_size_x' "
                        "(similar: tensor_parallel_size)"]
-    assert warnings == [
+    assert warnings == [  # grpc_mode: false writes nothing, so no warning
         "server_args.disable_cuda_graph: --disable-cuda-graph is deprecated in SGLang 0.5.23; use "
-        "--cuda-graph-backend-{decode,prefill}=disabled",
+        "--cuda-graph-backend-{decode,prefill}=disabled"]
+    _, _, _, warnings = check_server_args({"grpc_mode": True, "disable_fast_image_processor": True}, index)
+    assert warnings == [
+        "server_args.disable_fast_image_processor: --disable-fast-image-processor is deprecated in SGLang 0.5.23; "
+        "use --image-processor-backend=pil",
         "server_args.grpc_mode: --grpc-mode is deprecated in SGLang 0.5.23; use --smg-grpc-mode"]
     words = dict(items)
     assert words["--disable-cuda-graph"] == ["--disable-cuda-graph"] and "--grpc-mode" not in words
