@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup lock sglang-wheel fakenvml repo lab-up lab-down lab-status demo test lint unit molecule lab-tests bench clean
+.PHONY: setup lock sglang-wheel sglang-flags fakenvml repo lab-up lab-down lab-status demo test lint unit molecule lab-tests bench clean
 
 setup: $(VENV)/.installed ## controller venv with the pinned requirements
 
@@ -23,8 +23,11 @@ lock: ## regenerate requirements.txt from requirements.in
 	build/lockvenv/bin/pip install -q -r requirements.in
 	{ echo '# Full pinned controller environment (Python 3.11 and 3.12). Regenerate with `make lock` after editing requirements.in.'; build/lockvenv/bin/pip freeze; } > requirements.txt
 
-sglang-wheel: setup ## the pinned SGLang wheel: its flags are read with ast (never imported)
-	$(BIN)/pip download -q --no-deps --only-binary=:all: sglang==0.5.9 -d build/wheels
+sglang-wheel: setup ## every supported SGLang version's wheel (cached in build/wheels): flags are read with ast, never imported
+	$(BIN)/python tools/sglang_flags.py --download
+
+sglang-flags: sglang-wheel ## regenerate every supported version's flag table (module_utils/topolaunch/sglang_flags_*.py)
+	$(BIN)/python tools/sglang_flags.py --all
 
 fakenvml: ## build the fake libnvidia-ml.so.1 and the nvidia-smi stand-in
 	$(MAKE) -C lab/fakenvml OUT=$(CURDIR)/build/fakenvml

@@ -607,8 +607,9 @@ def plan(topology=None, model=None, model_path=None, layout="auto", sglang_versi
     # server args
     items, values = [], {}
     if index is not None:
-        items, values, arg_reasons = check_server_args(server_args, index)
+        items, values, arg_reasons, arg_warnings = check_server_args(server_args, index)
         reasons.extend(arg_reasons)
+        warnings.extend(arg_warnings)
     # host, port, names
     port_number = _int_input(port, "port", reasons, 1, 65535)
     if not isinstance(host, str) or not host.strip():

@@ -4,7 +4,9 @@ import pytest
 from plan_cases import FIELD_ARGS, fake_facts, model_path, subset_spec, synth_facts
 from test_sglang_flags import build_parser
 from topolaunch import planner
-from topolaunch.sglang_flags_0_5_9 import FLAGS
+from topolaunch.plan_args import FLAG_TABLES
+
+FLAGS = FLAG_TABLES["0.5.9"]
 
 VNUMA = "proxmox-8x-rtx-pro-6000-vnuma"
 GLM5 = model_path("glm-5-nvfp4")

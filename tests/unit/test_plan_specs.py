@@ -4,9 +4,10 @@ import pytest
 from plan_cases import MODEL_NAMES, fake_facts, model_path
 from test_sglang_flags import build_parser
 from topolaunch import planner
-from topolaunch.sglang_flags_0_5_9 import FLAGS
+from topolaunch.plan_args import FLAG_TABLES
 from topology_cases import all_specs
 
+FLAGS = FLAG_TABLES["0.5.9"]
 PARSER = build_parser(FLAGS)
 
 

@@ -1,13 +1,17 @@
-"""`sglang.launch_server`'s command line, built from the flag table extracted from the real 0.5.9 wheel.
+"""`sglang.launch_server`'s command line, built from the flag table extracted from the real wheel of the version
+the simulator stands in for (sglang.version: 0.5.9+sim -> 0.5.9).
 
-The table (module_utils/topolaunch/sglang_flags_0_5_9.py, bundled into the wheel) lists every flag with its
-option strings in declaration order, dest, type, default, choices, action, nargs. Declaring them in the same
-order with the same option strings gives argparse's own behaviour: unknown flags, bad choices and
-ambiguous prefixes (`--pp 2`) exit with status 2 and the same message as SGLang.
+The table (module_utils/topolaunch/sglang_flags_<version>.py, bundled into the wheel) lists every flag with its
+option strings in declaration order, dest, type, default, choices, action, nargs; keys that hold their default
+are left out (ENTRY_DEFAULTS). Declaring them in the same order with the same option strings gives argparse's
+own behaviour: unknown flags, bad choices and ambiguous prefixes (`--pp 2`) exit with status 2 and the same
+message as SGLang.
 """
 import argparse
+import decimal
 import json
 import logging
+import re
 import sys
 
 from sglang._sim import resources
@@ -28,8 +32,48 @@ def json_list_type(value):  # sglang.srt.utils.common.json_list_type
         raise argparse.ArgumentTypeError("Invalid JSON list: %s. Please provide a valid JSON list." % value) from None
 
 
+def human_readable_int(value):  # sglang.srt.utils.common.human_readable_int (0.5.23)
+    value = value.strip()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)", value)
+    if match:
+        number, suffix = match.groups()
+        iec = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40}
+        if suffix in iec:
+            if "." in number:
+                raise argparse.ArgumentTypeError(
+                    "Decimals are not allowed with IEC suffixes like '%s'. Use an integer IEC value such as '%d%s', "
+                    "or an SI value such as '%s%s'." % (suffix, int(decimal.Decimal(number)), suffix, number, suffix[0]))
+            return int(number) * iec[suffix]
+        return int(decimal.Decimal(number) * {"k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12}[suffix])
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            "Invalid integer value: '%s'. Use a plain integer, SI suffixes (1k, 1M), or IEC suffixes (1Ki, 1Mi). "
+            "Suffixes are case-sensitive." % value) from None
+
+
+def parse_cuda_graph_backend_arg(raw):  # sglang.srt.model_executor.cuda_graph_config (0.5.23)
+    if raw == "tc_piecewise":
+        raise argparse.ArgumentTypeError("tc_piecewise was removed; select breakable, full, or disabled")
+    return raw
+
+
+def parse_cuda_graph_config_arg(raw):  # sglang.srt.model_executor.cuda_graph_config (0.5.23), the JSON checks
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError("--cuda-graph-config must be JSON: %s" % e) from None
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError(
+            "--cuda-graph-config must be a JSON object, got %s" % type(parsed).__name__)
+    return parsed
+
+
 TYPES = {"int": int, "float": float, "str": str, "json": json.loads, "json_list": json_list_type,
-         "nullable_str": nullable_str, None: None}
+         "nullable_str": nullable_str, "human_int": human_readable_int,
+         "cuda_graph_backend": parse_cuda_graph_backend_arg, "cuda_graph_config": parse_cuda_graph_config_arg,
+         None: None}
 
 
 class DeprecatedAction(argparse.Action):  # sglang.srt.server_args.DeprecatedAction
@@ -41,22 +85,61 @@ class DeprecatedAction(argparse.Action):  # sglang.srt.server_args.DeprecatedAct
               "versions.\033[0m" % option_string, file=sys.stderr)
 
 
+_deprecation_log = logging.getLogger("sglang.srt.arg_groups.argparse_actions")
+
+
+class DeprecatedStoreTrueAction(argparse.Action):  # 0.5.23 sglang.srt.arg_groups.argparse_actions
+    def __init__(self, option_strings, dest, new_flag=None, nargs=0, const=True, default=False, **kwargs):
+        self.new_flag = new_flag
+        super().__init__(option_strings, dest, nargs=nargs, const=const, default=default, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        replacement = " Use '%s' instead." % self.new_flag if self.new_flag else ""
+        _deprecation_log.warning("\033[1;33m'%s' is deprecated and will be removed in a future release.%s\033[0m"
+                                 % (option_string, replacement))
+        setattr(namespace, self.dest, True)
+
+
+class DeprecatedStoreConstAction(argparse.Action):  # 0.5.23 sglang.srt.arg_groups.argparse_actions
+    def __init__(self, option_strings, dest, new_flag=None, const_value=None, nargs=0, default=None, **kwargs):
+        self.new_flag = new_flag
+        self.const_value = const_value
+        super().__init__(option_strings, dest, nargs=nargs, default=default, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        replacement = " Use '%s' instead." % self.new_flag if self.new_flag else ""
+        _deprecation_log.warning("\033[1;33m'%s' is deprecated and will be removed in a future release.%s\033[0m"
+                                 % (option_string, replacement))
+        setattr(namespace, self.dest, self.const_value)
+
+
 class LoRAPathAction(argparse.Action):  # sglang.srt.server_args.LoRAPathAction (values kept as given)
     def __call__(self, parser, namespace, values, option_string=None):
         setattr(namespace, self.dest, list(values or []))
 
 
-ACTIONS = {"DeprecatedAction": DeprecatedAction, "LoRAPathAction": LoRAPathAction}
+ACTIONS = {"DeprecatedAction": DeprecatedAction, "LoRAPathAction": LoRAPathAction,
+           "DeprecatedStoreTrueAction": DeprecatedStoreTrueAction,
+           "DeprecatedStoreConstAction": DeprecatedStoreConstAction,
+           "BooleanOptionalAction": argparse.BooleanOptionalAction}
+# actions whose table entry carries no value-related keys to pass on (nargs fixed by the action itself)
+NO_VALUE_ACTIONS = ("DeprecatedAction", "DeprecatedStoreTrueAction", "BooleanOptionalAction")
 
 
-def table():
-    return resources.load("sglang_flags_0_5_9").FLAGS
+def version():
+    """The SGLang release this simulator stands in for: its own version without the +sim label."""
+    from sglang.version import __version__
+    return __version__.split("+", 1)[0]
 
 
-def build_parser():
-    """argparse.ArgumentParser() of launch_server 0.5.9 (prog defaults to the script name, as in SGLang)."""
+def table(of_version=None):
+    return resources.load("sglang_flags_" + (of_version or version()).replace(".", "_")).FLAGS
+
+
+def build_parser(of_version=None):
+    """argparse.ArgumentParser() of launch_server (prog defaults to the script name, as in SGLang 0.5.9)."""
     parser = argparse.ArgumentParser()
-    for canonical, entry in table().items():
+    for canonical, entry in table(of_version).items():
         names = entry.get("option_strings") or [canonical] + list(entry.get("aliases") or [])
         kwargs = {"dest": entry["dest"]}
         action = entry.get("action")
@@ -70,9 +153,13 @@ def build_parser():
         elif action == "store_const":
             kwargs["default"] = entry.get("default")
             kwargs["const"] = entry.get("const")
+        elif action == "DeprecatedStoreConstAction":
+            kwargs.update(default=entry.get("default"), const_value=entry.get("const"), nargs=entry.get("nargs"))
+            if entry.get("choices") is not None:
+                kwargs["choices"] = entry["choices"]
         else:
             kwargs["default"] = entry.get("default")
-            if action != "DeprecatedAction":
+            if action not in NO_VALUE_ACTIONS:
                 if entry.get("type") not in TYPES:
                     raise ValueError("flag table: %s has unknown type %r" % (canonical, entry.get("type")))
                 if TYPES[entry.get("type")] is not None:
@@ -81,7 +168,7 @@ def build_parser():
                     kwargs["choices"] = entry["choices"]
                 if entry.get("const") is not None:
                     kwargs["const"] = entry["const"]
-            if entry.get("nargs") is not None:
+            if entry.get("nargs") is not None and action != "DeprecatedStoreTrueAction":
                 kwargs["nargs"] = entry["nargs"]
         if entry.get("required"):
             kwargs["required"] = True
