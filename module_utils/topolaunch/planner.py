@@ -1,7 +1,7 @@
 """The launch planner: topology + model + wishes -> the exact SGLang launch, and why.
 
-Plain Python 3.9+ stdlib (runs on the target under topolaunch_tools_python). Entry point: `plan(...)`, which
-returns the plan dict of docs/DESIGN.md or raises PlanError with every reason found.
+Plain Python 3.9+ stdlib (runs on the target under topolaunch_tools_python). Entry point: `plan(PlanRequest(...))`,
+which returns the plan dict of docs/DESIGN.md or raises PlanError with every reason found.
 
 Inputs: the `gpu_topology` facts of each node; the model (config dict + total weight bytes, or a model
 directory read by model_config.load_model_dir); the layout (`auto`, a name such as `tp8`, `tp4pp2`,
@@ -567,13 +567,43 @@ def rank(candidates, measured):
 # ----------------------------------------------------------------------------------------------------- plan
 
 
-def plan(topology=None, model=None, model_path=None, layout="auto", sglang_version="0.5.9", server_args=None,
-         host="127.0.0.1", port=30000, served_model_name=None, nnodes=1, node_rank=0, node_topologies=None,
-         dist_init_addr=None, measured=None, gpus=None, pp_layer_partition=None):
-    """The launch plan (docs/DESIGN.md "sglang_plan result"); PlanError with every reason when there is none.
+class PlanRequest:
+    """What the planner is asked: one object instead of a long parameter list (sglang_plan builds it from its
+    arguments, tests and bench/plan_speed.py directly). Every field is optional; plan() checks them all.
 
-    model: {"config": config.json dict, "total_size": bytes, "name": optional} or None to read model_path.
+    topology: this host's gpu_topology facts; node_topologies: one per node in node-rank order (multi-node).
+    model: {"config": config.json dict, "total_size": bytes, "name": optional}, or None to read model_path.
+    model_path: the model directory on the target (always the launch's --model-path).
+    layout: 'auto', a name (tp4pp2) or a mapping {tp, pp, dp, ep}. sglang_version: whose flag table applies.
+    server_args: ServerArgs field names to values. host, port, served_model_name: where and as what it serves.
+    nnodes, node_rank, dist_init_addr: multi-node. measured: measured records (results.measured_records).
+    gpus: the GPU indices the plan may use (None = all). pp_layer_partition: layers per PP stage (None = SGLang's).
     """
+
+    FIELDS = {"topology": None, "node_topologies": None, "model": None, "model_path": None, "layout": "auto",
+              "sglang_version": "0.5.9", "server_args": None, "host": "127.0.0.1", "port": 30000,
+              "served_model_name": None, "nnodes": 1, "node_rank": 0, "dist_init_addr": None, "measured": None,
+              "gpus": None, "pp_layer_partition": None}
+
+    def __init__(self, **fields):
+        unknown = sorted(set(fields) - set(self.FIELDS))
+        if unknown:
+            raise PlanError(["unknown plan request field(s) %s (known: %s)" % (", ".join(unknown),
+                                                                              ", ".join(sorted(self.FIELDS)))])
+        for name, default in self.FIELDS.items():
+            setattr(self, name, fields.get(name, default))
+
+
+def plan(request):
+    """The launch plan (docs/DESIGN.md "sglang_plan result") for a PlanRequest; PlanError with every reason when
+    there is none."""
+    if not isinstance(request, PlanRequest):
+        raise PlanError(["plan() takes a PlanRequest, got %s" % type(request).__name__])
+    r = request
+    topology, model, model_path, layout = r.topology, r.model, r.model_path, r.layout
+    sglang_version, server_args, host, port = r.sglang_version, r.server_args, r.host, r.port
+    served_model_name, nnodes, node_rank, node_topologies = r.served_model_name, r.nnodes, r.node_rank, r.node_topologies
+    dist_init_addr, measured, gpus, pp_layer_partition = r.dist_init_addr, r.measured, r.gpus, r.pp_layer_partition
     reasons, warnings = [], []
     # version and its flags
     index = None

@@ -18,7 +18,7 @@ def vnuma(fake_nvml, tmp_path):
 
 
 def test_field_launch_is_reproduced(vnuma):
-    plan = planner.plan(topology=vnuma, model_path=GLM5, layout="tp4pp2", server_args=FIELD_ARGS)
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=GLM5, layout="tp4pp2", server_args=FIELD_ARGS))
     assert plan["layout"] == {"tp": 4, "pp": 2, "dp": 1, "ep": 1, "nnodes": 1, "name": "tp4pp2"}
     assert plan["cuda_visible_devices"] == "0,1,2,3,4,5,6,7"
     assert plan["pp_layer_partition"] == [
@@ -52,7 +52,7 @@ def test_field_launch_is_reproduced(vnuma):
 def test_backend_names_are_checked_against_the_pinned_version(vnuma):
     args = dict(FIELD_ARGS, nsa_decode_backend="trtllm_mla", fp8_gemm_backend="cutlas")
     with pytest.raises(planner.PlanError) as exc:
-        planner.plan(topology=vnuma, model_path=GLM5, layout="tp4pp2", server_args=args)
+        planner.plan(planner.PlanRequest(topology=vnuma, model_path=GLM5, layout="tp4pp2", server_args=args))
     text = "\n".join(exc.value.reasons)
     assert "'trtllm_mla' is not a choice of --nsa-decode-backend" in text
     assert "flashmla_sparse, flashmla_kv, flashmla_auto, fa3, tilelang, aiter, trtllm" in text
@@ -63,13 +63,13 @@ def test_interleaved_sockets_get_reordered(fake_nvml, tmp_path):
     facts = fake_facts(fake_nvml, "interleaved-8x-rtx-pro-6000", tmp_path)
     numa = {g["index"]: g["numa_node"] for g in facts["gpus"]}
     assert [numa[i] for i in range(8)] == [0, 1, 0, 1, 0, 1, 0, 1]
-    plan = planner.plan(topology=facts, model_path=GLM5, layout="tp4pp2", server_args=FIELD_ARGS)
+    plan = planner.plan(planner.PlanRequest(topology=facts, model_path=GLM5, layout="tp4pp2", server_args=FIELD_ARGS))
     assert plan["cuda_visible_devices"] == "0,2,4,6,1,3,5,7"
     for stage in plan["pp_layer_partition"]:
         assert len({numa[g] for g in stage["gpus"]}) == 1, stage
     assert plan["pp_layer_partition"][0]["gpus"] == [0, 2, 4, 6]
     # tp2: four groups, each on one socket
-    plan = planner.plan(topology=facts, model=None, model_path=model_path("llama-3.1-70b"), layout="tp2dp4")
+    plan = planner.plan(planner.PlanRequest(topology=facts, model=None, model_path=model_path("llama-3.1-70b"), layout="tp2dp4"))
     for group in plan["tp_groups"]:
         assert len({numa[g] for g in group}) == 1, plan["tp_groups"]
 
@@ -77,19 +77,19 @@ def test_interleaved_sockets_get_reordered(fake_nvml, tmp_path):
 def test_glm5_does_not_fit_four_gpus_but_fits_eight(fake_nvml, tmp_path, vnuma):
     four = fake_facts(fake_nvml, "4x-rtx-pro-6000", tmp_path / "four")
     with pytest.raises(planner.PlanError) as exc:
-        planner.plan(topology=four, model_path=GLM5, layout="tp4", server_args=FIELD_ARGS)
+        planner.plan(planner.PlanRequest(topology=four, model_path=GLM5, layout="tp4", server_args=FIELD_ARGS))
     assert any("does not fit" in r and "weights per GPU" in r for r in exc.value.reasons)
     with pytest.raises(planner.PlanError) as exc:
-        planner.plan(topology=four, model_path=GLM5)
+        planner.plan(planner.PlanRequest(topology=four, model_path=GLM5))
     assert "no valid layout for 4 GPUs" in exc.value.reasons[-1]
-    plan = planner.plan(topology=vnuma, model_path=GLM5, layout="tp8", server_args=FIELD_ARGS)
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=GLM5, layout="tp8", server_args=FIELD_ARGS))
     assert plan["memory"]["fits"] and plan["memory"]["weights_per_gpu_bytes"] < 60e9
 
 
 def test_tp3_with_64_heads_is_refused(tmp_path):
     six = synth_facts(subset_spec(VNUMA, [0, 1, 2, 4, 5, 6]), tmp_path)
     with pytest.raises(planner.PlanError) as exc:
-        planner.plan(topology=six, model_path=GLM5, layout="tp3pp2")
+        planner.plan(planner.PlanRequest(topology=six, model_path=GLM5, layout="tp3pp2"))
     assert "layout tp3pp2: attention heads 64 are not divisible by tp 3" in exc.value.reasons
     assert any("vocabulary 154880" in r for r in exc.value.reasons)  # and 154880 does not split over 3 either
 
@@ -97,21 +97,21 @@ def test_tp3_with_64_heads_is_refused(tmp_path):
 def test_tp4pp2_on_six_gpus_is_refused(tmp_path):
     six = synth_facts(subset_spec(VNUMA, [0, 1, 2, 4, 5, 6]), tmp_path)
     with pytest.raises(planner.PlanError) as exc:
-        planner.plan(topology=six, model_path=GLM5, layout="tp4pp2")
+        planner.plan(planner.PlanRequest(topology=six, model_path=GLM5, layout="tp4pp2"))
     assert "layout tp4pp2: tp4pp2 needs 8 GPUs, 6 available" in exc.value.reasons
     # the same through topolaunch_gpus on the full box
     facts = synth_facts(VNUMA, tmp_path / "full")
     with pytest.raises(planner.PlanError) as exc:
-        planner.plan(topology=facts, model_path=GLM5, layout="tp4pp2", gpus=[0, 1, 2, 3, 4, 5])
+        planner.plan(planner.PlanRequest(topology=facts, model_path=GLM5, layout="tp4pp2", gpus=[0, 1, 2, 3, 4, 5]))
     assert "layout tp4pp2: tp4pp2 needs 8 GPUs, 6 available" in exc.value.reasons
     # six GPUs: tp2pp3 is the layout that fits (tight)
-    plan = planner.plan(topology=six, model_path=GLM5)
+    plan = planner.plan(planner.PlanRequest(topology=six, model_path=GLM5))
     assert plan["layout"]["name"].startswith("tp2pp3")
 
 
 def test_auto_ranks_tp8_ahead_of_tp4pp2_for_glm5_on_the_field_box(vnuma):
     for args in (FIELD_ARGS, {}):
-        plan = planner.plan(topology=vnuma, model_path=GLM5, server_args=args)
+        plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=GLM5, server_args=args))
         assert plan["layout"]["name"] == "tp8"
         assert plan["source"] == "heuristic"
         names = [c["name"] for c in plan["candidates"] if c["valid"]]
@@ -137,7 +137,7 @@ def test_measured_results_win(vnuma):
         {"model": "other", "topology_fingerprint": fp, "layout": "tp2pp4", "output_throughput": 9999.0,
          "max_concurrency": 64},
     ]
-    plan = planner.plan(topology=vnuma, model_path=GLM5, server_args=FIELD_ARGS, measured=measured)
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=GLM5, server_args=FIELD_ARGS, measured=measured))
     assert plan["layout"]["name"] == "tp4pp2" and plan["source"] == "measured"
     assert plan["reason"].startswith("measured results decide: tp4pp2")
     assert "2600 tok/s at concurrency 256" in plan["reason"]
@@ -147,14 +147,14 @@ def test_measured_results_win(vnuma):
     # unmeasured valid layouts follow, ranked by the heuristic
     assert plan["candidates"][2]["source"] == "heuristic"
     # an explicit layout is honoured even when measurements favour another
-    plan = planner.plan(topology=vnuma, model_path=GLM5, layout="tp8", server_args=FIELD_ARGS, measured=measured)
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=GLM5, layout="tp8", server_args=FIELD_ARGS, measured=measured))
     assert plan["layout"]["name"] == "tp8"
 
 
 def test_multi_node_argv_per_node(tmp_path):
     nodes = [synth_facts(VNUMA, tmp_path / "n0"), synth_facts(VNUMA, tmp_path / "n1")]
-    plan = planner.plan(node_topologies=nodes, nnodes=2, node_rank=1, dist_init_addr="10.0.0.1:5000",
-                        model_path=GLM5, layout="tp8pp2", server_args=FIELD_ARGS)
+    plan = planner.plan(planner.PlanRequest(node_topologies=nodes, nnodes=2, node_rank=1, dist_init_addr="10.0.0.1:5000",
+                                            model_path=GLM5, layout="tp8pp2", server_args=FIELD_ARGS))
     assert plan["layout"]["nnodes"] == 2
     assert [n["node_rank"] for n in plan["per_node"]] == [0, 1]
     for rank, node in enumerate(plan["per_node"]):
@@ -169,35 +169,35 @@ def test_multi_node_argv_per_node(tmp_path):
     assert [s["node_ranks"] for s in stages] == [[0], [1]]
     assert stages[0]["gpus"] == [] and stages[1]["gpus"] == list(range(8))
     # tp16 over two nodes: each node holds half of every TP group
-    plan = planner.plan(node_topologies=nodes, nnodes=2, dist_init_addr="10.0.0.1:5000", model_path=GLM5,
-                        layout="tp16")
+    plan = planner.plan(planner.PlanRequest(node_topologies=nodes, nnodes=2, dist_init_addr="10.0.0.1:5000", model_path=GLM5,
+                                            layout="tp16"))
     assert plan["per_node"][0]["cuda_visible_devices"] == "0,1,2,3,4,5,6,7"
 
 
 def test_multi_node_rules(tmp_path):
     nodes = [synth_facts(VNUMA, tmp_path / "n0"), synth_facts(VNUMA, tmp_path / "n1")]
     with pytest.raises(planner.PlanError) as exc:
-        planner.plan(node_topologies=nodes, nnodes=2, model_path=GLM5, layout="tp4pp2dp2")
+        planner.plan(planner.PlanRequest(node_topologies=nodes, nnodes=2, model_path=GLM5, layout="tp4pp2dp2"))
     text = "\n".join(exc.value.reasons)
     assert "needs dist_init_addr as host:port" in text
     assert "multi-node data parallel only with DP attention" in text
     with pytest.raises(planner.PlanError) as exc:
-        planner.plan(node_topologies=nodes, nnodes=2, dist_init_addr="h:1", model_path=GLM5, layout="tp2pp3")
+        planner.plan(planner.PlanRequest(node_topologies=nodes, nnodes=2, dist_init_addr="h:1", model_path=GLM5, layout="tp2pp3"))
     assert any("pp 3 cannot be spread evenly over 2 nodes" in r for r in exc.value.reasons)
     with pytest.raises(planner.PlanError) as exc:
-        planner.plan(node_topologies=nodes, nnodes=2, dist_init_addr="h:1", model_path=GLM5, layout="tp3")
+        planner.plan(planner.PlanRequest(node_topologies=nodes, nnodes=2, dist_init_addr="h:1", model_path=GLM5, layout="tp3"))
     assert any("tp*pp = 3 is not divisible by nnodes 2" in r for r in exc.value.reasons)
     with pytest.raises(planner.PlanError) as exc:
-        planner.plan(node_topologies=nodes[:1], nnodes=2, dist_init_addr="h:1", model_path=GLM5)
+        planner.plan(planner.PlanRequest(node_topologies=nodes[:1], nnodes=2, dist_init_addr="h:1", model_path=GLM5))
     assert "nnodes is 2 but 1 node topologies were given" in exc.value.reasons
     # auto over two nodes never offers dp across nodes
-    plan = planner.plan(node_topologies=nodes, nnodes=2, dist_init_addr="h:1", model_path=GLM5)
+    plan = planner.plan(planner.PlanRequest(node_topologies=nodes, nnodes=2, dist_init_addr="h:1", model_path=GLM5))
     assert all(c["dp"] == 1 for c in plan["candidates"])
     assert {c["name"] for c in plan["candidates"]} >= {"tp16", "tp8pp2", "tp4pp4"}
 
 
 def test_report_prints_the_launch_and_the_candidates(vnuma):
-    plan = planner.plan(topology=vnuma, model_path=GLM5, layout="tp4pp2", server_args=FIELD_ARGS)
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=GLM5, layout="tp4pp2", server_args=FIELD_ARGS))
     lines = planner.render_report(plan)
     launch = [l for l in lines if l.startswith("launch: ")]
     assert launch == ["launch: CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 "
