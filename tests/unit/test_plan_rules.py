@@ -187,7 +187,9 @@ def test_memory_fit_uses_sglangs_default_fraction(vnuma):
 
 def test_kv_cache_of_mla_is_per_layer_not_per_head(vnuma):
     tp8 = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8"))["memory"]
-    pp2 = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp4pp2"))["memory"]
+    # SGLang's own split (39/39), so that both stages hold the same number of layers
+    pp2 = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp4pp2",
+                                           pp_layer_partition=[39, 39]))["memory"]
     # MLA keeps the latent on every TP rank: half the layers per GPU halves the bytes per token
     assert tp8["kv_bytes_per_token"] == 2 * pp2["kv_bytes_per_token"]
     # GLM-5 is DSA: fp8 KV on SM 12 (1 byte): (512 + 64 + 128 + 4) x 78 layers
@@ -364,7 +366,9 @@ def test_nccl_rules(tmp_path):
     assert not any(k.startswith("NCCL_") for k in plan["env"])
     vnuma = synth_facts(VNUMA, tmp_path / "vnuma")
     plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("llama-3.1-70b"), layout="tp8"))
-    assert plan["env"]["NCCL_P2P_LEVEL"] == "SYS"
+    # P2P across the sockets is left to NCCL (off) until a preflight measurement proves it on this topology
+    assert "NCCL_P2P_LEVEL" not in plan["env"]
+    assert any("NCCL_P2P_LEVEL=SYS measured 37-42 GB/s" in w and "preflight" in w for w in plan["warnings"])
     assert any("spans NUMA nodes 0,1" in w for w in plan["warnings"])
     plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("llama-3.1-70b"), layout="tp4"))
     assert "NCCL_P2P_LEVEL" not in plan["env"] and plan["gpu_indices"] == [0, 1, 2, 3]
@@ -415,7 +419,8 @@ def test_plan_takes_one_request_object(vnuma):
         planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layot="tp8")
     assert exc.value.reasons == ["unknown plan request field(s) layot (known: dist_init_addr, gpus, host, layout, "
                                  "measured, model, model_path, nnodes, node_rank, node_topologies, port, "
-                                 "pp_layer_partition, served_model_name, server_args, sglang_version, topology)"]
+                                 "pp_layer_partition, served_model_name, server_args, sglang_version, topology, "
+                                 "workload)"]
     with pytest.raises(planner.PlanError, match="plan\\(\\) takes a PlanRequest, got dict"):
         planner.plan({"topology": vnuma})
     request = planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8")
