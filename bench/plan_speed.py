@@ -44,11 +44,11 @@ def read_facts(lib, spec_name):
         return topology.read_topology(pynvml, str(sysfs))
 
 
-def timed(runs, **kwargs):
+def timed(runs, request):
     times, result = [], None
     for _ in range(runs):
         start = time.perf_counter()
-        result = planner.plan(**kwargs)
+        result = planner.plan(request)
         times.append(time.perf_counter() - start)
     return times, result
 
@@ -70,7 +70,7 @@ def main():
     }
     failed = False
     for name, kwargs in cases.items():
-        times, result = timed(args.runs, model_path=model_path, layout="auto", **kwargs)
+        times, result = timed(args.runs, planner.PlanRequest(model_path=model_path, layout="auto", **kwargs))
         valid = sum(1 for c in result["candidates"] if c["valid"])
         slowest, target = max(times), TARGETS_S[name]
         ok = slowest < target

@@ -161,7 +161,7 @@ candidates:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.topolaunch.planner import PlanError, candidate_table, plan, render_report
+from ansible.module_utils.topolaunch.planner import PlanError, PlanRequest, candidate_table, plan, render_report
 from ansible.module_utils.topolaunch.topology import TopologyError, import_nvml, read_topology
 
 ARGUMENT_SPEC = {
@@ -202,7 +202,7 @@ def main():
     for key in CONTROLLER_ONLY:
         p.pop(key)
     try:
-        result = plan(**p)
+        result = plan(PlanRequest(**p))
     except PlanError as exc:
         module.fail_json(msg="sglang_plan: %d problem(s): %s" % (len(exc.reasons), " | ".join(exc.reasons)),
                          reasons=exc.reasons, candidates=candidate_table(exc.partial.get("candidates", [])))

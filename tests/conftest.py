@@ -9,6 +9,6 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT / "module_utils") not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(str(ROOT / "module_utils"))
 # Pure logic is also importable as `topolaunch.*`, and modules as `library.*`-style paths.
-for p in (ROOT / "module_utils", ROOT / "library", ROOT):
+for p in (ROOT / "module_utils", ROOT / "library", ROOT, ROOT / "lab"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))

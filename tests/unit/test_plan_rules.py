@@ -17,14 +17,14 @@ def vnuma(tmp_path_factory):
 def refused(facts, layout, **kwargs):
     kwargs.setdefault("model_path", model_path("glm-5-nvfp4"))
     with pytest.raises(planner.PlanError) as exc:
-        planner.plan(topology=facts, layout=layout, **kwargs)
+        planner.plan(planner.PlanRequest(topology=facts, layout=layout, **kwargs))
     return exc.value.reasons
 
 
 def candidate(facts, name, **kwargs):
     kwargs.setdefault("model_path", model_path("glm-5-nvfp4"))
     try:
-        plan = planner.plan(topology=facts, layout="auto", **kwargs)
+        plan = planner.plan(planner.PlanRequest(topology=facts, layout="auto", **kwargs))
         candidates = plan["candidates"]
     except planner.PlanError as exc:
         candidates = exc.partial["candidates"]
@@ -152,8 +152,8 @@ def test_layers_and_partition(vnuma):
     assert "layout tp4pp2: pp_layer_partition [40, 40] must give every stage >= 1 layer and sum to 78 layers" in reasons
     assert "layout tp4pp2: pp_layer_partition has 3 entries for pp 2" in refused(
         vnuma, "tp4pp2", pp_layer_partition=[26, 26, 26])
-    plan = planner.plan(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp4pp2",
-                        pp_layer_partition=[37, 41])
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp4pp2",
+                                            pp_layer_partition=[37, 41]))
     assert plan["env"]["SGLANG_PP_LAYER_PARTITION"] == "37,41"
     assert [(s["first_layer"], s["last_layer"]) for s in plan["pp_layer_partition"]] == [(0, 36), (37, 77)]
     covered = [layer for s in plan["pp_layer_partition"] for layer in range(s["first_layer"], s["last_layer"] + 1)]
@@ -174,7 +174,7 @@ def test_memory_fit_uses_sglangs_default_fraction(vnuma):
     assert planner.sglang_default_mem_fraction(97887 << 20, 2, 1, {}) == round((97887 - 13568) / 97887, 3)
     # a 24 GB card: chunk 2048, graph bs 24 (tp < 4): 512 + 3072 + 48 + 128 = 3760 MiB, no 10 GiB floor
     assert planner.sglang_default_mem_fraction(24564 << 20, 1, 1, {}) == round((24564 - 3760) / 24564, 3)
-    plan = planner.plan(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8")
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8"))
     mem = plan["memory"]
     assert mem["mem_fraction_static"] == 0.848 and mem["mem_fraction_source"] == "sglang_0.5.9_default"
     assert mem["usable_bytes"] == int((mem["gpu_memory_bytes"] - (1 << 30)) * 0.848)
@@ -186,13 +186,15 @@ def test_memory_fit_uses_sglangs_default_fraction(vnuma):
 
 
 def test_kv_cache_of_mla_is_per_layer_not_per_head(vnuma):
-    tp8 = planner.plan(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8")["memory"]
-    pp2 = planner.plan(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp4pp2")["memory"]
+    tp8 = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8"))["memory"]
+    # SGLang's own split (39/39), so that both stages hold the same number of layers
+    pp2 = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp4pp2",
+                                           pp_layer_partition=[39, 39]))["memory"]
     # MLA keeps the latent on every TP rank: half the layers per GPU halves the bytes per token
     assert tp8["kv_bytes_per_token"] == 2 * pp2["kv_bytes_per_token"]
     # GLM-5 is DSA: fp8 KV on SM 12 (1 byte): (512 + 64 + 128 + 4) x 78 layers
     assert tp8["kv_bytes_per_token"] == (512 + 64) * 78 + (128 + 4) * 78
-    gqa = planner.plan(topology=vnuma, model_path=model_path("llama-3.1-70b"), layout="tp8")["memory"]
+    gqa = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("llama-3.1-70b"), layout="tp8"))["memory"]
     assert gqa["kv_bytes_per_token"] == 1 * (128 + 128) * 80 * 2  # 8 KV heads / tp 8, bf16
 
 
@@ -346,7 +348,7 @@ def test_unknown_version_and_missing_inputs(vnuma):
     reasons = refused(vnuma, "tp8", sglang_version="0.5.7")
     assert any("sglang_version 0.5.7 has no flag table (supported: 0.5.9, 0.5.23)" in r for r in reasons)
     with pytest.raises(planner.PlanError) as exc:
-        planner.plan(model_path=model_path("glm-5-nvfp4"))
+        planner.plan(planner.PlanRequest(model_path=model_path("glm-5-nvfp4")))
     assert "give topology (ansible_facts.gpu_topology) or node_topologies (one per node)" in exc.value.reasons
     reasons = refused(vnuma, "tp8", model_path="/nonexistent/model")
     assert any("model path /nonexistent/model is not a directory" in r for r in reasons)
@@ -356,24 +358,26 @@ def test_unknown_version_and_missing_inputs(vnuma):
 
 def test_nccl_rules(tmp_path):
     naive = synth_facts("proxmox-8x-rtx-pro-6000-naive", tmp_path / "naive")
-    plan = planner.plan(topology=naive, model_path=model_path("glm-5-nvfp4"), layout="tp8")
+    plan = planner.plan(planner.PlanRequest(topology=naive, model_path=model_path("glm-5-nvfp4"), layout="tp8"))
     assert plan["env"]["NCCL_P2P_DISABLE"] == "1" and "NCCL_P2P_LEVEL" not in plan["env"]
     assert any("NCCL_TOPO_FILE" in w for w in plan["warnings"])
     hgx = synth_facts("hgx-8x-h100-nvswitch", tmp_path / "hgx")
-    plan = planner.plan(topology=hgx, model_path=model_path("llama-3.1-70b"), layout="tp8")
+    plan = planner.plan(planner.PlanRequest(topology=hgx, model_path=model_path("llama-3.1-70b"), layout="tp8"))
     assert not any(k.startswith("NCCL_") for k in plan["env"])
     vnuma = synth_facts(VNUMA, tmp_path / "vnuma")
-    plan = planner.plan(topology=vnuma, model_path=model_path("llama-3.1-70b"), layout="tp8")
-    assert plan["env"]["NCCL_P2P_LEVEL"] == "SYS"
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("llama-3.1-70b"), layout="tp8"))
+    # P2P across the sockets is left to NCCL (off) until a preflight measurement proves it on this topology
+    assert "NCCL_P2P_LEVEL" not in plan["env"]
+    assert any("NCCL_P2P_LEVEL=SYS measured 37-42 GB/s" in w and "preflight" in w for w in plan["warnings"])
     assert any("spans NUMA nodes 0,1" in w for w in plan["warnings"])
-    plan = planner.plan(topology=vnuma, model_path=model_path("llama-3.1-70b"), layout="tp4")
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("llama-3.1-70b"), layout="tp4"))
     assert "NCCL_P2P_LEVEL" not in plan["env"] and plan["gpu_indices"] == [0, 1, 2, 3]
     assert any("GPUs [4, 5, 6, 7] stay idle" in w for w in plan["warnings"])
 
 
 def test_nvlink_pairs_become_tp2_groups(tmp_path):
     facts = synth_facts("8x-h100-nvl-direct-nvlink-pairs", tmp_path)
-    plan = planner.plan(topology=facts, model_path=model_path("llama-3.1-70b"), layout="tp2dp4")
+    plan = planner.plan(planner.PlanRequest(topology=facts, model_path=model_path("llama-3.1-70b"), layout="tp2dp4"))
     assert plan["tp_groups"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
     # a spec whose NVLink pairs cross the PCIe order: the pairs still form the groups
     facts["links"] = [row[:] for row in facts["links"]]
@@ -381,39 +385,53 @@ def test_nvlink_pairs_become_tp2_groups(tmp_path):
         facts["links"][a][b] = facts["links"][b][a] = facts["pcie_levels"][a][b]
     for a, b in ((0, 2), (1, 3), (4, 6), (5, 7)):
         facts["links"][a][b] = facts["links"][b][a] = "NV12"
-    plan = planner.plan(topology=facts, model_path=model_path("llama-3.1-70b"), layout="tp2dp4")
+    plan = planner.plan(planner.PlanRequest(topology=facts, model_path=model_path("llama-3.1-70b"), layout="tp2dp4"))
     assert sorted(map(sorted, plan["tp_groups"])) == [[0, 2], [1, 3], [4, 6], [5, 7]]
 
 
 def test_processes_on_planned_gpus_are_warned(tmp_path):
     facts = synth_facts(VNUMA, tmp_path)
     facts["gpus"][2]["processes"] = [{"pid": 4242, "used_memory_bytes": 5 << 30}]
-    plan = planner.plan(topology=facts, model_path=model_path("glm-5-nvfp4"), layout="tp8")
+    plan = planner.plan(planner.PlanRequest(topology=facts, model_path=model_path("glm-5-nvfp4"), layout="tp8"))
     assert any("GPU 2 holds processes 4242" in w for w in plan["warnings"])
 
 
 def test_nvml_order_that_is_not_bus_order_is_warned(tmp_path):
     facts = synth_facts(VNUMA, tmp_path)
-    plan = planner.plan(topology=facts, model_path=model_path("glm-5-nvfp4"), layout="tp8")
+    plan = planner.plan(planner.PlanRequest(topology=facts, model_path=model_path("glm-5-nvfp4"), layout="tp8"))
     assert not any("PCI bus order" in w for w in plan["warnings"])
     facts["gpus"][0]["pci_bus_id"], facts["gpus"][1]["pci_bus_id"] = facts["gpus"][1]["pci_bus_id"], \
         facts["gpus"][0]["pci_bus_id"]
-    plan = planner.plan(topology=facts, model_path=model_path("glm-5-nvfp4"), layout="tp8")
+    plan = planner.plan(planner.PlanRequest(topology=facts, model_path=model_path("glm-5-nvfp4"), layout="tp8"))
     assert any("NVML index order [1, 0, 2, 3, 4, 5, 6, 7] differs from PCI bus order" in w for w in plan["warnings"])
 
 
 def test_flashinfer_all_to_all_with_pp_is_warned(vnuma):
     args = {"moe_a2a_backend": "flashinfer", "moe_runner_backend": "flashinfer_cutlass"}
-    plan = planner.plan(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp4pp2ep4", server_args=args)
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp4pp2ep4", server_args=args))
     assert any("pp_size=1 (token_dispatcher/flashinfer.py)" in w for w in plan["warnings"])
-    plan = planner.plan(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8ep8", server_args=args)
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8ep8", server_args=args))
     assert not any("pp_size=1" in w for w in plan["warnings"])
+
+
+def test_plan_takes_one_request_object(vnuma):
+    with pytest.raises(planner.PlanError) as exc:
+        planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layot="tp8")
+    assert exc.value.reasons == ["unknown plan request field(s) layot (known: dist_init_addr, gpus, host, layout, "
+                                 "measured, model, model_path, nnodes, node_rank, node_topologies, port, "
+                                 "pp_layer_partition, served_model_name, server_args, sglang_version, topology, "
+                                 "workload)"]
+    with pytest.raises(planner.PlanError, match="plan\\(\\) takes a PlanRequest, got dict"):
+        planner.plan({"topology": vnuma})
+    request = planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8")
+    assert (request.layout, request.port, request.nnodes, request.gpus) == ("tp8", 30000, 1, None)
+    assert planner.plan(request)["layout"]["name"] == "tp8"
 
 
 def test_the_plan_follows_the_installed_version(vnuma):
     """0.5.23: the field launch with dsa_* plans; nsa_* is refused naming dsa_*; a deprecated flag is a warning."""
-    plan = planner.plan(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp4pp2",
-                        sglang_version="0.5.23+sim", server_args=dict(FIELD_ARGS_0_5_23, disable_cuda_graph=True))
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp4pp2",
+                        sglang_version="0.5.23+sim", server_args=dict(FIELD_ARGS_0_5_23, disable_cuda_graph=True)))
     assert "--dsa-prefill-backend" in plan["argv"] and "--disable-cuda-graph" in plan["argv"]
     assert any(w.startswith("server_args.disable_cuda_graph: --disable-cuda-graph is deprecated in SGLang 0.5.23")
                for w in plan["warnings"]), plan["warnings"]

@@ -48,7 +48,7 @@ def check_plan(plan, facts):
 def test_specs_by_models(fake_nvml, tmp_path, spec, model):
     facts = fake_facts(fake_nvml, spec, tmp_path)
     try:
-        plan = planner.plan(topology=facts, model_path=model_path(model))
+        plan = planner.plan(planner.PlanRequest(topology=facts, model_path=model_path(model)))
     except planner.PlanError as exc:
         # nothing fits: every candidate says why
         assert exc.reasons[-1].startswith("no valid layout for %d GPUs" % facts["gpu_count"])
@@ -63,6 +63,6 @@ def test_specs_by_models(fake_nvml, tmp_path, spec, model):
     assert all(c["tp"] * c["pp"] * c["dp"] == facts["gpu_count"] for c in plan["candidates"])
     # every valid candidate is honoured when asked for explicitly, and plans as well as auto does
     for c in valid:
-        explicit = planner.plan(topology=facts, model_path=model_path(model), layout=c["name"])
+        explicit = planner.plan(planner.PlanRequest(topology=facts, model_path=model_path(model), layout=c["name"]))
         assert explicit["layout"]["name"] == c["name"]
         check_plan(explicit, facts)
