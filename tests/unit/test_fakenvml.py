@@ -448,6 +448,9 @@ def test_malformed_spec_fails_init_naming_the_field(fake_nvml, capfd, change, me
     err = capfd.readouterr().err
     assert message in err
     assert str(fake_nvml.spec_path) in err
+    # the library's text for the failure carries the same message after NVML's own words
+    text = pynvml.nvmlErrorString(pynvml.NVML_ERROR_UNKNOWN)
+    assert text.startswith("Unknown Error: fake-nvml: GPU spec %s: " % fake_nvml.spec_path) and message in text
     with pytest.raises(pynvml.NVMLError_Uninitialized):
         pynvml.nvmlDeviceGetCount()                      # nothing half-loaded
 
@@ -479,6 +482,16 @@ def test_invalid_json_fails_init_with_position(fake_nvml, tmp_path, capfd, text,
         pynvml.nvmlInit()
     err = capfd.readouterr().err
     assert "invalid JSON" in err and message in err
+
+
+def test_error_text_of_a_bad_spec_goes_with_the_next_good_init(fake_nvml):
+    fake_nvml.use(_spec_with(lambda s: s.pop("gpus")), init=False)
+    with pytest.raises(pynvml.NVMLError_Unknown):
+        pynvml.nvmlInit()
+    assert "gpus: missing" in pynvml.nvmlErrorString(pynvml.NVML_ERROR_UNKNOWN)
+    assert str(pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)) == "Unknown Error"     # nvidia-ml-py's own table
+    fake_nvml.use("h200x2-vm-real")
+    assert pynvml.nvmlErrorString(pynvml.NVML_ERROR_UNKNOWN) == "Unknown Error"
 
 
 def test_failed_reinit_keeps_the_previous_spec(fake_nvml, capfd):
