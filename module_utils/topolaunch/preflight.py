@@ -763,3 +763,71 @@ def derive(record, facts=None):
                      "allreduce": render_allreduce(out)}
     out["tables"]["report"] = render_report(out)
     return out
+
+
+# ------------------------------------------------------------------------------------------- the module
+
+def load_record(path, fingerprint):
+    """(record for this fingerprint or None, why not): a missing file, another fingerprint or a file that is not
+    a record all mean: measure."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except FileNotFoundError:
+        return None, "no record at %s" % path
+    except (OSError, ValueError) as exc:
+        return None, "the record at %s is unreadable (%s): measuring again" % (path, exc)
+    if not isinstance(record, dict) or record.get("version") != RECORD_VERSION or "pairs" not in record:
+        return None, "%s is not a preflight record of version %d: measuring again" % (path, RECORD_VERSION)
+    if record.get("fingerprint") != fingerprint:
+        return None, "the record at %s is for topology %s, this is %s: measuring again" % (
+            path, record.get("fingerprint"), fingerprint)
+    return record, "record for %s at %s" % (fingerprint, path)
+
+
+def save_record(path, record, write_atomic):
+    """The record as JSON, 0644 (the planner reads it), its directory 0755."""
+    os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
+    write_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n", 0o644, (os.getuid(), os.getgid()))
+
+
+def module_run(params, check_mode, write_atomic, run=run_step):
+    """What library/gpu_preflight.py returns. Raises PreflightError for bad input (before anything runs)."""
+    settings = {k: params[k] for k in ("bytes", "small_bytes", "iters", "warmup", "step_timeout")}
+    settings = dict(DEFAULTS, **settings)
+    gpus = params["gpus"]
+    groups = default_groups(gpus) if params["groups"] is None else params["groups"]
+    check_inputs(gpus, groups, settings)
+    if not params["fingerprint"]:
+        raise PreflightError("fingerprint: empty; pass the topology fingerprint (ansible_facts.gpu_topology.fingerprint)")
+    bad_env = [k for k, v in (params["environment"] or {}).items() if not isinstance(v, str)]
+    if bad_env:
+        raise PreflightError("environment.%s: %r must be a string" % (bad_env[0], params["environment"][bad_env[0]]))
+    existing, why = load_record(params["record_path"], params["fingerprint"])
+    result = {"changed": False, "record_path": params["record_path"], "reason": why,
+              "steps": [{"name": s["name"], "argv": [params["python"], params["worker"]] + s["argv"], "env": s["env"]}
+                        for s in plan_steps(gpus, groups, settings)]}
+    if existing is not None and not params["force"]:
+        result.update(measured=False, record=derive(existing, params["facts"]))
+    elif check_mode:
+        result.update(measured=False, record=None, changed=True,
+                      reason=why + "; check mode: would measure (%d GPUs, %d groups)" % (len(gpus), len(groups)))
+        return result
+    else:
+        for option in ("python", "worker"):
+            if not os.path.isfile(params[option]):
+                raise PreflightError(
+                    "%s: %s does not exist: %s" % (option, params[option], "the SGLang venv's python, made by the "
+                                                   "provision stage (ansible-playbook deploy.yml --tags provision)"
+                                                   if option == "python" else "the worker script the role copies"))
+        started = time.monotonic()
+        record = run_preflight(params["python"], params["worker"], gpus, groups, settings, params["fingerprint"],
+                               params["facts"], params["environment"], params["p2p_disable"], run=run)
+        result.update(measured=True, record=record, seconds=round(time.monotonic() - started, 3))
+        if record["env"].get("status") == "ok":     # a worker that could not start measured nothing: keep no record
+            save_record(params["record_path"], record, write_atomic)
+            result["changed"] = True
+    record = result["record"]
+    result.update({k: record[k] for k in ("findings", "plan_fixes", "figures", "ok")})
+    result["report"] = record["tables"]["report"]
+    return result
