@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The lab's stand-in for roles/preflight/files/preflight_worker.py: the same command line and the same JSON lines,
-answered from the lab GPU spec (FAKE_NVML_SPEC, default /etc/fake-nvml/spec.json) instead of measured.
+"""The lab's stand-in for roles/preflight/files/preflight_worker.py: the same command line (taken from the real
+worker script, which the lab installs beside this one) and the same JSON lines, answered from the lab GPU spec
+(FAKE_NVML_SPEC, default /etc/fake-nvml/spec.json) instead of measured.
 
 Stdlib only. It reads the spec's `links` section (lab/specs/README.md) and nothing of the planner: the spec is
 the lab's truth. What it answers:
@@ -24,7 +25,7 @@ RING_EFFICIENCY, BASE_US and STEP_US were chosen so that the field box's pair fi
 within a socket, 39-51 across) give about its measured allreduce figures (busbw 38.6 / 26.4 / 24.7 GB/s at
 512 MB and 6.8 / 13.5 / 26.7 us at 8 KB for 2 / 4 / 8 GPUs).
 """
-import argparse
+import importlib.util
 import json
 import os
 import signal
@@ -197,56 +198,31 @@ def cmd_allreduce(_spec, links, args):
     return 0
 
 
-def _pair(text):
-    try:
-        a, b = text.split(":")
-        return int(a), int(b)
-    except ValueError:
-        raise argparse.ArgumentTypeError("%r is not a pair like 0:1" % text) from None
-
-
-def _gpus(text):
-    try:
-        gpus = [int(g) for g in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError("%r is not a GPU list like 0,1,2,3" % text) from None
-    if len(set(gpus)) != len(gpus) or any(g < 0 for g in gpus):
-        raise argparse.ArgumentTypeError("%r: GPUs must be distinct and >= 0" % text)
-    return gpus
-
-
-def parser():
-    """The real worker's command line (roles/preflight/files/preflight_worker.py)."""
-    p = argparse.ArgumentParser(description="lab stand-in of the preflight worker")
-    sub = p.add_subparsers(dest="step", required=True)
-    sub.add_parser("env")
-    for name, small in (("p2p", 4), ("allreduce", 8192)):
-        s = sub.add_parser(name)
-        s.add_argument("--bytes", type=int, default=256 << 20)
-        s.add_argument("--small-bytes", type=int, default=small)
-        s.add_argument("--iters", type=int, default=10)
-        s.add_argument("--warmup", type=int, default=3)
-        s.add_argument("--test-hang", action="store_true", help=argparse.SUPPRESS)
-        if name == "p2p":
-            s.add_argument("--src", type=int)
-            s.add_argument("--dst", type=int)
-            s.add_argument("--pair", type=_pair, action="append", default=[])
-            s.add_argument("--env", action="store_true")
-            s.add_argument("--via-host", action="store_true")
-        else:
-            s.add_argument("--gpus", type=_gpus)
-            s.add_argument("--group", type=_gpus, action="append", default=[])
-    return p
+def real_worker():
+    """The real worker script, whose command line the stand-in takes as it is (one definition of the CLI): beside
+    this file (how the lab installs them), or in the repository, or at $PREFLIGHT_WORKER. Importing it runs no
+    torch: the worker imports torch inside its steps only."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for path in (os.environ.get("PREFLIGHT_WORKER"), os.path.join(here, "preflight_worker.py"),
+                 os.path.join(here, "..", "..", "roles", "preflight", "files", "preflight_worker.py")):
+        if path and os.path.isfile(path):
+            spec = importlib.util.spec_from_file_location("preflight_worker", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module
+    raise SpecError("preflight_worker.py is neither beside %s nor in the repository: the stand-in takes its command "
+                    "line from it" % here)
 
 
 def main(argv=None):
-    args = parser().parse_args(argv)
-    if args.step == "p2p" and (args.src is None) != (args.dst is None):
-        parser().error("--src and --dst go together")
-    if args.step == "p2p" and args.src is None and not args.pair:
-        parser().error("p2p needs --src A --dst B or --pair A:B")
-    if args.step == "allreduce" and not args.gpus and not args.group:
-        parser().error("allreduce needs --gpus A,B,... or --group A,B,...")
+    try:
+        worker = real_worker()
+    except SpecError as exc:
+        emit({"event": "error", "step": "start", "message": "stand-in: %s" % exc})
+        return 1
+    args = worker.parse_args(argv)
+    if args.step == "_rank":
+        worker.parser().error("the stand-in has no ranks: allreduce answers for its groups")
     try:
         _path, spec = load_spec()
         links = Links(spec)

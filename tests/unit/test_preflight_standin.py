@@ -58,27 +58,37 @@ def pair_gbps(spec, a, b):
     return spec["links"]["default"]["gbps"]
 
 
-def _options(parser):
-    """{subcommand: {option: default}} of an argparse parser."""
-    out = {}
-    for action in parser._subparsers._group_actions:
-        for name, sub in action.choices.items():
-            if not name.startswith("_"):
-                out[name] = {opt: a.default for a in sub._actions for opt in a.option_strings if opt != "-h"
-                             and opt != "--help"}
-    return out
+@pytest.mark.parametrize("argv,message", [
+    (["p2p", "--src", "0"], "--src and --dst go together"),
+    (["allreduce"], "allreduce needs --gpus A,B,... or --group A,B,..."),
+    (["allreduce", "--gpus", "0,0"], "GPUs must be distinct"),
+    (["p2p", "--pair", "0-1"], "is not a pair like 0:1"),
+])
+def test_command_line_is_the_real_workers(argv, message):
+    for script in (STANDIN, WORKER):
+        out = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True, check=False,
+                             env={"PATH": "/usr/bin:/bin"}, timeout=30)
+        assert out.returncode == 2 and message in out.stderr, script
 
 
-def test_same_command_line_as_the_real_worker():
-    real = load_module(WORKER, "preflight_worker")
-    assert _options(standin.parser()) == _options(real.parser())
+def test_standin_needs_the_real_worker_beside_it(tmp_path):
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    (lone / "worker_standin.py").write_text(STANDIN.read_text())
+    out = subprocess.run([sys.executable, str(lone / "worker_standin.py"), "env"], capture_output=True, text=True,
+                         check=False, env={"FAKE_NVML_SPEC": str(FIELD)}, timeout=30)
+    assert out.returncode == 1 and "preflight_worker.py is neither beside" in json.loads(out.stdout)["message"]
+    (lone / "preflight_worker.py").write_text(WORKER.read_text())
+    out = subprocess.run([sys.executable, str(lone / "worker_standin.py"), "env"], capture_output=True, text=True,
+                         check=False, env={"FAKE_NVML_SPEC": str(FIELD)}, timeout=30)
+    assert out.returncode == 0 and json.loads(out.stdout)["device_count"] == 8
 
 
 def test_standin_is_stdlib_only_and_never_reads_the_planner():
     tree = ast.parse(STANDIN.read_text())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imported <= {"argparse", "json", "os", "signal", "sys"}          # no topolaunch module at all
+    assert imported <= {"importlib", "json", "os", "signal", "sys"}         # no topolaunch module at all
 
 
 def test_env_and_pairs_from_the_spec():

@@ -386,7 +386,8 @@ def parser():
     return p
 
 
-def main(argv=None):
+def parse_args(argv=None):
+    """The command line, checked (the lab's stand-in parses with this too)."""
     args = parser().parse_args(argv)
     if args.step == "p2p" and (args.src is None) != (args.dst is None):
         parser().error("--src and --dst go together")
@@ -394,6 +395,11 @@ def main(argv=None):
         parser().error("p2p needs --src A --dst B or --pair A:B")
     if args.step == "allreduce" and not args.gpus and not args.group:
         parser().error("allreduce needs --gpus A,B,... or --group A,B,...")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
     try:
         return {"env": cmd_env, "p2p": cmd_p2p, "allreduce": cmd_allreduce, "_rank": cmd_rank}[args.step](args) or 0
     except Exception as exc:  # noqa: BLE001 - one JSON line for the orchestrator, then a non-zero exit
