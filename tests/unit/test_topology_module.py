@@ -53,3 +53,16 @@ def test_module_fails_without_nvidia_ml_py(capsys, monkeypatch):
     monkeypatch.setattr(gpu_topology, "import_nvml", missing)
     code, out = run_module({}, capsys)
     assert code == 1 and out["msg"].startswith("nvidia-ml-py (import name pynvml) is not importable")
+
+
+def test_module_failure_on_a_bad_lab_spec_names_the_field(fake_nvml, tmp_path, capsys):
+    """The lab's fake answers nvmlInit of a malformed spec with NVML_ERROR_UNKNOWN; the module's message must
+    carry the spec's own error (file and field), not only "error 999"."""
+    spec = json.loads((fake_nvml.specs_dir / "proxmox-8x-rtx-pro-6000-vnuma.json").read_text())
+    spec["gpus"][5]["pcie"].update(cur_gen=6, max_gen=5)
+    fake_nvml.use(spec, init=False)
+    code, out = run_module({}, capsys)
+    assert code == 1 and out["failed"] is True
+    assert "nvmlInit" in out["msg"] and "error 999" in out["msg"] and "Unknown Error" in out["msg"]
+    assert "gpus[5].pcie: cur_gen: 6 is above max_gen 5" in out["msg"]
+    assert str(fake_nvml.spec_path) in out["msg"]
