@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import os
+import re
 import socket
 import signal
 import subprocess
@@ -73,6 +74,35 @@ def parse_faults(raw):
         else:
             faults[name] = True
     return faults
+
+
+LAYOUT_NAME_RE = re.compile(r"^tp(\d+)(?:pp(\d+))?(?:dp(\d+))?(?:ep(\d+))?$")
+
+
+def parse_layout_speed(raw):
+    """{layout name: factor} from SGLANG_SIM_LAYOUT_SPEED ("tp4pp2=1.6,tp8=0.7"); SimConfigError naming the item."""
+    speeds = {}
+    for item in filter(None, (part.strip() for part in (raw or "").split(","))):
+        def bad(why):
+            return SimConfigError("SGLANG_SIM_LAYOUT_SPEED: bad item %r: %s" % (item, why))
+        name, sep, value = (part.strip() for part in item.partition("="))
+        if not sep:
+            raise bad("expected LAYOUT=FACTOR, as tp4pp2=1.6")
+        match = LAYOUT_NAME_RE.match(name)
+        sizes = [int(g) if g else 1 for g in match.groups()] if match else None
+        if not sizes or sizes[0] < 1 or perf.layout_name(*sizes) != name:
+            raise bad("%r is not a layout name (tp{tp}, then pp{pp}, dp{dp}, ep{ep} where > 1: tp8, tp4pp2, "
+                      "tp2pp2ep2, tp4dp2)" % name)
+        try:
+            factor = float(value)
+        except ValueError:
+            factor = float("nan")
+        if not math.isfinite(factor) or factor <= 0:
+            raise bad("the factor %r is not a positive number" % value)
+        if name in speeds:
+            raise bad("layout %s is named twice" % name)
+        speeds[name] = factor
+    return speeds
 
 
 def node_ranks(args):
@@ -142,6 +172,7 @@ class Launcher:
         self.capture_seconds = env_float("SGLANG_SIM_CAPTURE_SECONDS", 1.0)
         self.time_scale = env_float("SGLANG_SIM_TIME_SCALE", 0.1)
         self.drain_poll = env_float("SGLANG_SIM_DRAIN_POLL_SECONDS", 5.0, minimum=0.01)
+        self.layout_speed = parse_layout_speed(os.environ.get("SGLANG_SIM_LAYOUT_SPEED"))
         self.network = perf.Network(env_float("SGLANG_SIM_NET_GBPS", perf.NET_GBPS, positive=True),
                                     env_float("SGLANG_SIM_NET_LATENCY_US", perf.NET_LATENCY_US))
         logger.info(logutil.SIMULATED_BANNER)
@@ -324,7 +355,11 @@ class Launcher:
                              gpus, self.stages, overlap=not args.disable_overlap_schedule,
                              kv_dtype_bytes=validate.kv_dtype_bytes(args.kv_cache_dtype))
         name = perf.layout_name(args.tp_size, args.pp_size, args.dp_size, args.ep_size)
-        model_perf = perf.PerfModel(self.model, specs, layout, network=self.network)
+        speed = self.layout_speed.get(name, 1.0)
+        if speed != 1.0:
+            logger.info("simulator: SGLANG_SIM_LAYOUT_SPEED: layout %s runs at %g times the performance model's "
+                        "throughput", name, speed)
+        model_perf = perf.PerfModel(self.model, specs, layout, speed=speed, network=self.network)
         replicas = layout.dp
         engine = Engine(model_perf, self.time_scale, infos[0]["max_running_requests"] * replicas,
                         scheduler_info["max_total_num_tokens"] * replicas)

@@ -19,6 +19,8 @@ SGLANG_SIM_NET_LATENCY_US per message (default 10 us), capped by the PCIe link o
 crosses nodes pays that latency on every ring step; a PP boundary between nodes sends the whole micro-batch's
 hidden states through the one NIC.
 
+SGLANG_SIM_LAYOUT_SPEED multiplies the throughput of named layouts: step times are divided by the factor.
+
 With pp stages SGLang splits the running batch into min(B, pp) micro-batches; each micro-batch reads the
 stage's weights again, each stage must process every micro-batch, and a token must cross every stage:
 
@@ -98,11 +100,12 @@ def _where(gpu):
 
 
 class PerfModel:
-    def __init__(self, model, spec, layout, network=None):
-        """spec: the GPU spec of a single node, or {node: spec}."""
+    def __init__(self, model, spec, layout, speed=1.0, network=None):
+        """spec: the GPU spec of a single node, or {node: spec}; speed: SGLANG_SIM_LAYOUT_SPEED's factor."""
         self.model = model
         self.specs = spec if isinstance(spec, dict) else {0: spec}
         self.layout = layout
+        self.speed = speed
         self.network = network or Network()
         gpu = self._gpu(layout.gpus[0])
         self.bw = gpu.mem_bw * BW_EFF
@@ -211,13 +214,13 @@ class PerfModel:
         if lay.pp == 1:
             gpu = self._stage(0, batch, ctx_tokens)
             cpu = self._cpu(batch)
-            return max(gpu, cpu) if lay.overlap else gpu + cpu
+            return (max(gpu, cpu) if lay.overlap else gpu + cpu) / self.speed
         n_mb = min(batch, lay.pp)
         m = math.ceil(batch / n_mb)
         ctx_mb = ctx_tokens / n_mb
         stages = [self._stage(s, m, ctx_mb) / PP_EFFICIENCY + self._cpu(m) for s in range(lay.pp)]
         xfer = sum(self.transfer(m * self.model.hidden * ACT_BYTES, b) for b in range(lay.pp - 1))
-        return max(sum(stages) + xfer, n_mb * max(stages))
+        return max(sum(stages) + xfer, n_mb * max(stages)) / self.speed
 
     def prefill(self, tokens, requests=1):
         """Seconds to prefill `tokens` new prompt tokens of `requests` requests (first output token included)."""
@@ -228,12 +231,13 @@ class PerfModel:
         eff = PP_EFFICIENCY if lay.pp > 1 else 1.0
         t = sum(self._stage(s, tokens, tokens / 2) / eff + self._cpu(requests) for s in range(lay.pp))
         t += sum(self.transfer(tokens * self.model.hidden * ACT_BYTES, b) for b in range(lay.pp - 1))
-        return t
+        return t / self.speed
 
     def describe(self):
         lay = self.layout
         return {
             "model": "simulated performance model (lab); see the simulator README",
+            "layout_speed": self.speed,
             "nodes": len({_where(g)[0] for g in lay.gpus}),
             "gpu_memory_bandwidth_effective": self.bw,
             "gpu_flops_effective": self.flops,
