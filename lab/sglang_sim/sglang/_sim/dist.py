@@ -20,7 +20,8 @@ each rank's node, GPU and free memory and each node's GPU spec, so that rank 0 r
 launcher for the performance model.
 
 Texts: torch 2.9.1's libtorch_cpu (TCPStore.cpp, socket.cpp), gloo's tcp transport (pair.cc) for a lost peer.
-The `file:line` of c10d log lines comes from a public torch 2.x log, not from 2.9.1 itself.
+The `file:line` in c10d log lines is not 2.9.1's: socket.cpp:1023 and TCPStore.cpp:318 come from a public torch 2.x
+log, the others are placeholders. Addresses in them are numeric (torch looks the host name up).
 """
 import errno
 import json
@@ -127,8 +128,6 @@ class Link:
     """What both ends share: a condition, the lost-peer error, heartbeats."""
 
     def __init__(self, cfg):
-        self.cfg = cfg
-        self.rank = cfg["rank"]
         self.world = cfg["world_size"]
         self.timeout = cfg["timeout"]
         self.cond = threading.Condition()
@@ -369,7 +368,6 @@ class StoreClient(Link):
         """SocketConnectOp: retry while nothing listens (quietly) or the host cannot be reached (warnings)."""
         deadline = time.monotonic() + self.timeout
         delay, attempt = 0.05, 0
-        where = bracket(self.host, self.port)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -377,10 +375,9 @@ class StoreClient(Link):
             errors = []
             try:
                 infos = socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
-            except socket.gaierror as err:
-                errors.append("The network addresses of (%s, %d) cannot be retrieved (gai error: %d - %s)."
-                              % (self.host, self.port, err.errno, err.strerror))
-                c10d_log("W", "socket.cpp:463", errors[-1])
+            except socket.gaierror as err:  # warned and retried
+                c10d_log("W", "socket.cpp:463", "The network addresses of (%s, %d) cannot be retrieved (gai error: "
+                         "%d - %s)." % (self.host, self.port, err.errno, err.strerror))
                 infos = []
             for family, kind, proto, _, address in infos:
                 sock = socket.socket(family, kind, proto)
@@ -396,6 +393,7 @@ class StoreClient(Link):
                     sock.close()
                     self._timed_out()
                 except OSError as err:
+                    where = ("[%s]:%d" if family == socket.AF_INET6 else "%s:%d") % address[:2]
                     errors.append("The client socket has failed to connect to %s (errno: %d - %s)."
                                   % (where, err.errno or 0, err.strerror or err))
                     c10d_log("W", "socket.cpp:767", errors[-1])
@@ -447,7 +445,10 @@ class StoreClient(Link):
         return self.go["min_avail"]
 
     def barrier(self, name):
-        self.conn.send({"op": "barrier", "name": name})
+        try:
+            self.conn.send({"op": "barrier", "name": name})
+        except OSError:
+            raise RuntimeError(gloo_closed(self.conn.peer)) from None
         with self.cond:
             self.wait_for(lambda: name in self.released, time.monotonic() + GLOO_TIMEOUT,
                           lambda: RuntimeError(gloo_timeout(GLOO_TIMEOUT)))
