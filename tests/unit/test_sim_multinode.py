@@ -152,9 +152,9 @@ def test_a_worker_that_never_joins_fails_node0_after_dist_timeout(nodes):
     worker = start(n1, 1, LLAMA, TP2PP2, addr, timeout=2, SGLANG_SIM_FAULT="never_join")
     assert head.wait_exit() == -signal.SIGKILL
     log = head.log()
-    # torch fails once the whole seconds elapsed exceed the timeout: 3 > 2
-    assert "torch.distributed.DistStoreError: Timed out after 3 seconds waiting for clients. 2/4 clients joined." \
-        in log
+    # torch fails once the whole seconds elapsed exceed the timeout: 3 > 2 (4 if this machine was that late)
+    assert re.search(r"torch\.distributed\.DistStoreError: Timed out after [34] seconds waiting for clients\. "
+                     r"2/4 clients joined\.", log), log
     assert "Received sigquit from a child process. It usually means the child failed." in log
     assert "Uvicorn running" not in log
     assert worker.wait_exit() == -signal.SIGKILL
@@ -229,7 +229,7 @@ def test_a_worker_of_another_job_is_not_counted(nodes):
     worker = start(n1, 1, LLAMA, TP2PP2, addr, timeout=2)
     assert head.wait_exit() == -signal.SIGKILL
     log = head.log()
-    assert "Timed out after 3 seconds waiting for clients. 2/4 clients joined." in log
+    assert re.search(r"Timed out after [34] seconds waiting for clients\. 2/4 clients joined\.", log), log
     assert re.search(r"simulator: node 1 rank [23] joined the rendezvous with model='LlamaForCausalLM, 30 layers", log)
     assert worker.wait_exit() == -signal.SIGKILL
     assert "DistNetworkError: Failed to recv, got 0 bytes. Connection was likely closed." in worker.log()
