@@ -9,6 +9,8 @@ down after the test.
         fake_nvml.use("proxmox-8x-rtx-pro-6000-vnuma")   # name in lab/specs, a path, or a dict
         pid = fake_nvml.register(0, 4 << 30)               # this process holds 4 GiB on GPU 0
         ...pynvml calls...
+
+The SGLang simulator's fixtures (`sim_site`, `lab`) live in simlab.py and are registered here.
 """
 import ctypes
 import importlib.util
@@ -18,6 +20,7 @@ import pathlib
 import subprocess
 
 import pytest
+from simlab import lab, sim_site  # noqa: F401 - fixtures of the simulator's end-to-end tests
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FAKENVML_SRC = ROOT / "lab" / "fakenvml"

@@ -16,7 +16,7 @@ from ansible.module_utils.testing import patch_module_args
 
 import sglang_wait
 from ansible.module_utils.topolaunch import health as module_health
-from test_sim_server import Lab, free_port, sim_site  # noqa: F401  pylint: disable=unused-import
+from simlab import Lab, free_port
 from topolaunch.system import parse_show
 from topolaunch.health import (HealthError, base_url, check, error_lines, milestone, port_open,
                                read_plan, record_last_good, verify, wait_chunk)

@@ -49,6 +49,7 @@ class Gpu:
 class Spec:
     def __init__(self, path, data):
         self.path = path
+        self.data = data  # as read: a node sends it to node 0 for the performance model of a multi-node server
         self.name = data.get("name", os.path.basename(path))
         self.gpus = [Gpu(i, g) for i, g in enumerate(data.get("gpus", []))]
         n = len(self.gpus)

@@ -7,11 +7,21 @@ warm up, log "The server is fired up and ready to roll!". A failing scheduler se
 kills its process tree and itself (SIGKILL), as SGLang's launch-phase SIGQUIT handler does. SIGTERM while
 serving drains: /health answers 503, in-flight requests finish (checked every SGLANG_SIM_DRAIN_POLL_SECONDS,
 5 s as SGLang), then the tree is killed, the launcher last (SIGKILL, as kill_process_tree does).
+
+Several nodes (--nnodes N, --node-rank R, --dist-init-addr HOST:PORT, --dist-timeout S): each node starts the
+scheduler ranks SGLang maps to it (node_ranks), which meet at torch's TCP rendezvous (dist.py). Node 0 runs the
+detokenizer and the API server as above, opening its port once every node's ranks are ready. A node with
+node_rank >= 1 runs no detokenizer and no API: once its ranks are ready it starts SGLang's dummy health check
+server on --host/--port and waits for its ranks to end. It has no SIGTERM handler (SIGTERM ends it; its ranks
+die with it); its ranks end when they lose node 0 (the launch-phase SIGQUIT handler then kills the node).
 """
 import http.client
 import json
 import logging
+import math
 import os
+import re
+import socket
 import signal
 import subprocess
 import sys
@@ -19,20 +29,22 @@ import threading
 import time
 
 import sglang
-from sglang._sim import flags, gpumem, hardware, logutil, modelcfg, perf, server, validate
+from sglang._sim import dist, flags, gpumem, hardware, logutil, modelcfg, perf, server, validate
 from sglang._sim.engine import Engine
 
 logger = logging.getLogger("sglang.srt.entrypoints.engine")
 GIB = 1 << 30
 MIB = 1 << 20
-FAULTS = ("crash_during_load", "hang_during_load", "ignore_sigterm", "orphan_schedulers", "die_after_requests")
+FAULTS = ("crash_during_load", "hang_during_load", "never_join", "ignore_sigterm", "orphan_schedulers",
+          "die_after_requests")
+LOAD_FAULTS = ("crash_during_load", "hang_during_load", "never_join")
 
 
 class SimConfigError(Exception):
     """A lab knob (SGLANG_SIM_*) has a bad value."""
 
 
-def env_float(name, default, minimum=0.0):
+def env_float(name, default, minimum=0.0, positive=False):
     raw = os.environ.get(name)
     if raw is None or raw == "":
         return default
@@ -40,8 +52,8 @@ def env_float(name, default, minimum=0.0):
         value = float(raw)
     except ValueError:
         raise SimConfigError("%s=%r is not a number" % (name, raw)) from None
-    if value < minimum:
-        raise SimConfigError("%s=%r must be >= %s" % (name, raw, minimum))
+    if not math.isfinite(value) or value < minimum or (positive and value <= 0):
+        raise SimConfigError("%s=%r must be %s %s" % (name, raw, ">" if positive else ">=", minimum))
     return value
 
 
@@ -62,6 +74,68 @@ def parse_faults(raw):
         else:
             faults[name] = True
     return faults
+
+
+LAYOUT_NAME_RE = re.compile(r"^tp(\d+)(?:pp(\d+))?(?:dp(\d+))?(?:ep(\d+))?$")
+
+
+def parse_layout_speed(raw):
+    """{layout name: factor} from SGLANG_SIM_LAYOUT_SPEED ("tp4pp2=1.6,tp8=0.7"); SimConfigError naming the item."""
+    speeds = {}
+    for item in filter(None, (part.strip() for part in (raw or "").split(","))):
+        def bad(why):
+            return SimConfigError("SGLANG_SIM_LAYOUT_SPEED: bad item %r: %s" % (item, why))
+        name, sep, value = (part.strip() for part in item.partition("="))
+        if not sep:
+            raise bad("expected LAYOUT=FACTOR, as tp4pp2=1.6")
+        match = LAYOUT_NAME_RE.match(name)
+        sizes = [int(g) if g else 1 for g in match.groups()] if match else None
+        if not sizes or sizes[0] < 1 or perf.layout_name(*sizes) != name:
+            raise bad("%r is not a layout name (tp{tp}, then pp{pp}, dp{dp}, ep{ep} where > 1: tp8, tp4pp2, "
+                      "tp2pp2ep2, tp4dp2)" % name)
+        try:
+            factor = float(value)
+        except ValueError:
+            factor = float("nan")
+        if not math.isfinite(factor) or factor <= 0:
+            raise bad("the factor %r is not a positive number" % value)
+        if name in speeds:
+            raise bad("layout %s is named twice" % name)
+        speeds[name] = factor
+    return speeds
+
+
+def node_ranks(args):
+    """[(pp_rank, tp_rank, gpu ordinal)] of the schedulers this node starts (dp_size 1).
+
+    engine._launch_scheduler_processes: pp_size_per_node = max(pp // nnodes, 1), nnodes_per_pp_rank =
+    max(nnodes // pp, 1); node r runs pp ranks pp_size_per_node * (r // nnodes_per_pp_rank) + [0, pp_size_per_node)
+    and tp ranks tp_size_per_node * (r % nnodes_per_pp_rank) + [0, tp_size_per_node), tp_size_per_node =
+    tp // nnodes_per_pp_rank, on GPU base_gpu_id + (pp_rank % pp_size_per_node) * tp_size_per_node
+    + (tp_rank % tp_size_per_node) * gpu_id_step.
+    """
+    tp, pp, nnodes, node = args.tp_size, args.pp_size, args.nnodes, args.node_rank
+    pp_per_node = max(pp // nnodes, 1)
+    nnodes_per_pp_rank = max(nnodes // pp, 1)
+    tp_per_node = tp // nnodes_per_pp_rank
+    first_pp = pp_per_node * (node // nnodes_per_pp_rank)
+    first_tp = tp_per_node * (node % nnodes_per_pp_rank)
+    return [(s, t, args.base_gpu_id + (s % pp_per_node) * tp_per_node + (t % tp_per_node) * args.gpu_id_step)
+            for s in range(first_pp, first_pp + pp_per_node) for t in range(first_tp, first_tp + tp_per_node)]
+
+
+def moe_ep_rank(tp_rank, tp_size, ep_size, moe_dp_size=1):
+    """_launch_scheduler_processes: tp_rank % (tp // moe_dp) // (tp // moe_dp // ep): TP8 EP2 gives EP0 to
+    TP0-3 and EP1 to TP4-7."""
+    moe_tp = tp_size // moe_dp_size
+    return tp_rank % moe_tp // (moe_tp // ep_size)
+
+
+def free_port():
+    """sglang.srt.utils.get_free_port: a port the kernel gives to a socket bound to port 0."""
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
 
 
 def scheduler_title(dp_rank, pp_rank, tp_rank, ep_rank, args):
@@ -98,15 +172,21 @@ class Launcher:
         self.capture_seconds = env_float("SGLANG_SIM_CAPTURE_SECONDS", 1.0)
         self.time_scale = env_float("SGLANG_SIM_TIME_SCALE", 0.1)
         self.drain_poll = env_float("SGLANG_SIM_DRAIN_POLL_SECONDS", 5.0, minimum=0.01)
+        self.layout_speed = parse_layout_speed(os.environ.get("SGLANG_SIM_LAYOUT_SPEED"))
+        self.network = perf.Network(env_float("SGLANG_SIM_NET_GBPS", perf.NET_GBPS, positive=True),
+                                    env_float("SGLANG_SIM_NET_LATENCY_US", perf.NET_LATENCY_US))
         logger.info(logutil.SIMULATED_BANNER)
         self.spec = hardware.load_spec()
         self.visible = hardware.visible_devices(self.spec)
         gpu_mib = self.spec.gpus[self.visible[0]].memory_total / MIB if self.visible else 0
         args.post_init(gpu_mib)
         args.check()
-        if args.nnodes > 1:
-            raise NotImplementedError("the lab's SGLang simulator runs single-node servers only (nnodes=%d)"
-                                      % args.nnodes)
+        if args.nnodes > 1 and args.dp_size > 1:
+            raise SimConfigError("multi-node data parallel attention (--nnodes %d --dp-size %d) is not simulated"
+                                 % (args.nnodes, args.dp_size))
+        if not 0 <= args.node_rank < args.nnodes:
+            # SGLang 0.5.9 does not check this; its ranks would claim places outside the world
+            raise SimConfigError("--node-rank %d must be in [0, --nnodes %d)" % (args.node_rank, args.nnodes))
         logger.info("server_args=%r", args)
         self.model = modelcfg.load(args.model_path)
 
@@ -125,23 +205,26 @@ class Launcher:
         kv_bytes = validate.kv_dtype_bytes(args.kv_cache_dtype)
         weights = model.total_size // (tp * pp)
         graph = 0 if args.disable_cuda_graph else validate.graph_bytes(args.cuda_graph_max_bs)
+        if replicas > 1:  # the simulator's stand-in for the DP controller: replica d on the next tp*pp GPUs
+            placed = [(d, s, t, args.base_gpu_id + d * tp * pp + s * tp + t * args.gpu_id_step)
+                      for d in range(replicas) for s in range(pp) for t in range(tp)]
+        else:
+            placed = [(0, s, t, ordinal) for s, t, ordinal in node_ranks(args)]
         ranks = []
-        for d in range(replicas):
-            for s in range(pp):
-                for t in range(tp):
-                    ordinal = args.base_gpu_id + d * tp * pp + s * tp + t * args.gpu_id_step
-                    nvml = self.visible[ordinal] if ordinal < len(self.visible) else None
-                    ranks.append({"d": d, "s": s, "t": t, "ordinal": ordinal, "gpu": nvml})
+        for d, s, t, ordinal in placed:
+            nvml = self.visible[ordinal] if ordinal < len(self.visible) else None
+            ranks.append({"d": d, "s": s, "t": t, "ordinal": ordinal, "gpu": nvml})
         avail = {}
         for r in ranks:
             if r["gpu"] is not None and r["gpu"] not in avail:
                 g = spec.gpus[r["gpu"]]
                 avail[r["gpu"]] = g.memory_total - g.memory_reserved - gpumem.held_by_others(r["gpu"])
         world_avail = [avail[r["gpu"]] for r in ranks if r["gpu"] is not None] or [0]
+        dist_cfg = self.dist_config() if args.nnodes > 1 else None
         plans = []
         for i, r in enumerate(ranks):
             dp_rank = r["d"] if replicas > 1 else None
-            ep_rank = r["t"] % args.ep_size if args.ep_size > 1 else 0
+            ep_rank = moe_ep_rank(r["t"], tp, args.ep_size, args.get("moe_dp_size") or 1)
             title, prefix = scheduler_title(dp_rank, r["s"], r["t"], ep_rank, args)
             start, end = self.stages[r["s"]]
             cell = int(model.kv_bytes_per_token_layer(attn_tp, kv_bytes) * (end - start)) or 1
@@ -161,6 +244,8 @@ class Launcher:
                 "dp_rank": r["d"], "pp_rank": r["s"], "tp_rank": r["t"], "cuda_ordinal": r["ordinal"],
                 "gpu": r["gpu"], "n_visible": len(self.visible), "memory": mem,
                 "construction_error": construction, "model_type": model.architecture,
+                "dist": dist_cfg and dict(dist_cfg, rank=tp * r["s"] + r["t"],
+                                          spec=self.spec.data if i == 0 else None),
                 "dtype": "torch.bfloat16", "sched": {
                     "chunked_prefill_size": args.chunked_prefill_size,
                     "max_prefill_tokens": args.max_prefill_tokens,
@@ -170,6 +255,16 @@ class Launcher:
             })
         return plans
 
+    def dist_config(self):
+        """What each rank's init_process_group gets (model_runner.init_torch_distributed)."""
+        args, model = self.args, self.model
+        nccl_port = args.nccl_port or free_port()  # PortArgs.init_new
+        return {"init_method": dist.init_method(args.dist_init_addr, nccl_port),
+                "timeout": dist.DEFAULT_TIMEOUT if args.dist_timeout is None else args.dist_timeout,
+                "world_size": args.tp_size * args.pp_size, "node_rank": args.node_rank, "nnodes": args.nnodes,
+                "tp": args.tp_size, "pp": args.pp_size,
+                "model": "%s, %d layers, %d bytes of weights" % (model.architecture, model.layers, model.total_size)}
+
     def context_len(self):
         return self.args.context_length or self.model.context_len
 
@@ -177,7 +272,7 @@ class Launcher:
     def spawn(self, plan):
         plan.update({"parent_pid": os.getpid(), "orphan": "orphan_schedulers" in self.faults and
                      plan["kind"] == "scheduler", "ignore_sigterm": "ignore_sigterm" in self.faults,
-                     "fault": next((f for f in ("crash_during_load", "hang_during_load") if f in self.faults), None),
+                     "fault": next((f for f in LOAD_FAULTS if f in self.faults), None),
                      "load_seconds": self.load_seconds, "capture_seconds": self.capture_seconds,
                      "log_level": self.args.log_level})
         read_fd, write_fd = os.pipe()
@@ -250,15 +345,26 @@ class Launcher:
                              "token_capacity": min(i["max_total_num_tokens"] for i in infos),
                              "graph": round(first["memory"]["graph"] / GIB, 2)},
         }
+        specs, gpus = self.spec, [p["gpu"] for p in plans]
+        cluster = infos[0].get("cluster")  # several nodes: every rank's (node, GPU) and each node's spec
+        if cluster:
+            specs = {int(node): hardware.Spec("node %s" % node, data) for node, data in cluster["specs"].items()}
+            specs[0] = self.spec
+            gpus = [tuple(where) for where in cluster["world"]]
         layout = perf.Layout(args.tp_size, args.pp_size, 1 if args.enable_dp_attention else args.dp_size,
-                             [p["gpu"] for p in plans], self.stages, overlap=not args.disable_overlap_schedule,
+                             gpus, self.stages, overlap=not args.disable_overlap_schedule,
                              kv_dtype_bytes=validate.kv_dtype_bytes(args.kv_cache_dtype))
-        model_perf = perf.PerfModel(self.model, self.spec, layout)
+        name = perf.layout_name(args.tp_size, args.pp_size, args.dp_size, args.ep_size)
+        speed = self.layout_speed.get(name, 1.0)
+        if speed != 1.0:
+            logger.info("simulator: SGLANG_SIM_LAYOUT_SPEED: layout %s runs at %g times the performance model's "
+                        "throughput", name, speed)
+        model_perf = perf.PerfModel(self.model, specs, layout, speed=speed, network=self.network)
         replicas = layout.dp
         engine = Engine(model_perf, self.time_scale, infos[0]["max_running_requests"] * replicas,
                         scheduler_info["max_total_num_tokens"] * replicas)
-        self.state = st = server.State(args, self.model, engine, scheduler_info, model_perf.describe(),
-                                       self.time_scale)
+        self.state = st = server.State(args, self.model, engine, scheduler_info,
+                                       dict(model_perf.describe(), layout=name), self.time_scale)
         if "die_after_requests" in self.faults:
             st.after_generation = self.maybe_die
         try:
@@ -281,6 +387,17 @@ class Launcher:
         threading.Thread(target=self.warmup, name="warmup", daemon=True).start()
         self.httpd.serve_forever(poll_interval=0.2)
         return 0
+
+    def serve_worker(self):
+        """_launch_subprocesses on node_rank >= 1: no tokenizer, detokenizer or API server. Wait until the
+        schedulers are ready, start the dummy health check server on --host/--port, then wait for them to end."""
+        self.wait_ready()
+        server.start_dummy_health_server(self.args.host, self.args.port, self.args.enable_metrics)
+        for _, proc, _ in self.children:
+            proc.wait()
+            logger.error("Scheduler or DataParallelController %d terminated with %s", proc.pid, proc.returncode)
+        # SGLang 0.5.9 goes on to launch_server's uvicorn.run with no tokenizer manager; the simulator ends here
+        return 1
 
     def url(self):
         host = self.args.host
@@ -365,6 +482,8 @@ def main(argv=None):
     try:
         for plan in plans:
             launcher.spawn(plan)
+        if launcher.args.node_rank >= 1:
+            return launcher.serve_worker()
         launcher.spawn({"kind": "detokenizer", "title": "sglang::detokenizer", "log_prefix": "", "gpu": None})
         infos = launcher.wait_ready()
         return launcher.serve(infos, plans)

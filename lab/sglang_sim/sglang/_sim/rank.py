@@ -14,8 +14,8 @@ import sys
 import time
 import traceback
 
-from sglang._sim import gpumem, logutil
-from sglang._sim.validate import oom_message
+from sglang._sim import dist, gpumem, logutil
+from sglang._sim.validate import oom_message, unbalanced_message
 
 logger = logging.getLogger("sglang.srt.managers.scheduler")
 GIB = 1 << 30
@@ -62,6 +62,7 @@ class Scheduler:
         self.status_fd = status_fd
         self.mem = plan["memory"]
         self.held = 0
+        self.link = None  # the multi-node collective link (dist.py), None on one node
 
     def hold(self, nbytes):
         self.held = int(nbytes)
@@ -90,11 +91,15 @@ class Scheduler:
         self.hold(mem["plan"]["context"])
         if error and error[0] == "init":
             self.fail(error[1], error[2])
+        if plan["dist"]:
+            self.init_distributed()
         logger.info("Init torch distributed ends. elapsed=%.2f s, mem usage=%.2f GB",
                     time.perf_counter() - tic, self.held / GIB)
         self.load_weights()
+        self.collective("load")  # profile_max_num_token all-reduces the memory left after loading
         self.memory_pool()
         self.capture()
+        self.collective("capture")  # graph capture runs forwards with the TP/PP groups
         if plan["tp_rank"] == 0:
             s = plan["sched"]
             logger.info(
@@ -102,9 +107,33 @@ class Scheduler:
                 "context_len=%d, available_gpu_mem=%.2f GB", mem["plan"]["max_total_num_tokens"],
                 s["chunked_prefill_size"], s["max_prefill_tokens"], s["max_running_requests"], s["context_len"],
                 self.avail())
-        self.report({"status": "ready", "max_total_num_tokens": mem["plan"]["max_total_num_tokens"],
-                     "max_req_input_len": plan["sched"]["context_len"] - 5,
-                     "max_running_requests": plan["sched"]["max_running_requests"]})
+        ready = {"status": "ready", "max_total_num_tokens": mem["plan"]["max_total_num_tokens"],
+                 "max_req_input_len": plan["sched"]["context_len"] - 5,
+                 "max_running_requests": plan["sched"]["max_running_requests"]}
+        if isinstance(self.link, dist.StoreServer):
+            ready["cluster"] = self.link.cluster()
+        self.report(ready)
+
+    def init_distributed(self):
+        """init_process_group over tcp:// (dist.py), then the world's free memory check (all-reduced minimum)."""
+        cfg = self.plan["dist"]
+        avail = self.mem["plan"]["avail_before"]
+        me = {"op": "join", "rank": cfg["rank"], "node_rank": cfg["node_rank"], "gpu": self.plan["gpu"],
+              "avail": avail, "spec": cfg.get("spec")}
+        me.update({k: cfg[k] for k in dist.MODEL_KEYS})
+        self.link, world_min = dist.init_process_group(cfg, me, never_join=self.plan["fault"] == "never_join")
+        if cfg["tp"] > 1 and world_min < avail * 0.9:
+            self.fail("RuntimeError", unbalanced_message(world_min, avail))
+
+    def collective(self, name):
+        if self.link is not None:
+            self.link.barrier(name)
+
+    def wait(self):
+        """Serving: idle until killed; on several nodes, until a peer is lost (raised as gloo raises it)."""
+        if self.link is None:
+            idle()
+        self.link.serve_forever()
 
     def load_weights(self):
         plan, mem = self.plan, self.mem
@@ -187,6 +216,7 @@ def main():
     scheduler = Scheduler(plan, status_fd)
     try:
         scheduler.run()
+        scheduler.wait()
     except Exception:  # SGLang's run_scheduler_process: log, tell the launcher, end
         logger.error("Scheduler hit an exception: %s", traceback.format_exc())
         if plan["gpu"] is not None:
@@ -196,7 +226,6 @@ def main():
         except ProcessLookupError:
             pass  # the launcher is gone already
         os._exit(1)
-    idle()
 
 
 if __name__ == "__main__":

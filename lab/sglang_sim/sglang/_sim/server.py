@@ -526,3 +526,77 @@ class HTTPServer(http.server.ThreadingHTTPServer):
             self.address_family = socket.AF_INET6
         self.state = state
         super().__init__((host, port), Handler)
+
+
+# ---------------------------------------------------------------------------------------------- node_rank >= 1
+class DummyHandler(http.server.BaseHTTPRequestHandler):
+    """sglang.srt.utils.common.launch_dummy_health_check_server: GET /ping, /health, /health_generate answer 200
+    with an empty body (and /metrics with --enable-metrics); FastAPI's 404 / 405 for anything else. Uvicorn runs
+    it at log level "warning": no access lines."""
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+
+    def log_message(self, format, *args):  # noqa: A002 - http.server's signature
+        pass
+
+    def reply(self, status, body=b"", content_type=None):
+        self.send_response_only(status)
+        self.send_header("date", self.date_time_string())
+        self.send_header("server", "uvicorn")
+        if content_type:
+            self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def dispatch(self, method):
+        path = self.path.split("?", 1)[0]
+        routes = ("/ping", "/health", "/health_generate") + (("/metrics",) if self.server.enable_metrics else ())
+        if path not in routes:
+            self.reply(404, b'{"detail":"Not Found"}', "application/json")
+        elif method != "GET":
+            self.reply(405, b'{"detail":"Method Not Allowed"}', "application/json")
+        elif path == "/metrics":
+            body = ("# SGLang simulator %s (lab): dummy health check server of a node with --node-rank >= 1.\n"
+                    "sglang_sim_info{version=\"%s\"} 1\n" % (VERSION, VERSION)).encode()
+            self.reply(200, body, "text/plain; version=0.0.4; charset=utf-8")
+        else:
+            self.reply(200)
+
+    def do_GET(self):
+        self.dispatch("GET")
+
+    def do_POST(self):
+        self.dispatch("POST")
+
+
+class DummyServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, host, port, enable_metrics):
+        if ":" in host:
+            self.address_family = socket.AF_INET6
+        self.enable_metrics = enable_metrics
+        super().__init__((host, port), DummyHandler)
+
+
+def start_dummy_health_server(host, port, enable_metrics):
+    """A daemon thread serving DummyHandler on host:port; a bind failure ends the thread, not the node."""
+    common = logging.getLogger("sglang.srt.utils.common")
+
+    def run():
+        try:
+            try:
+                httpd = DummyServer(host, port, enable_metrics)
+            except OSError as err:  # uvicorn logs this and exits its server (SystemExit ends the thread)
+                logging.getLogger("uvicorn.error").error(
+                    "[Errno %s] error while attempting to bind on address (%r, %d): %s", err.errno, host, port,
+                    (err.strerror or str(err)).lower())
+                return
+            httpd.serve_forever(poll_interval=0.5)
+        finally:
+            common.info("Dummy health check server stopped at %s:%s", host, port)
+
+    threading.Thread(target=run, name="health-check-server", daemon=True).start()
+    common.info("Dummy health check server started in background thread at %s:%s", host, port)

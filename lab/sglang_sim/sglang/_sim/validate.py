@@ -80,6 +80,14 @@ def oom_message(ordinal, total, free, in_use, request):
     )
 
 
+def unbalanced_message(min_per_gpu, local):
+    """model_runner.init_torch_distributed's text (bytes in, GB out) when the world's minimum free memory is
+    below 90% of this GPU's."""
+    return ("The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+            "min_per_gpu_memory={}, local_gpu_memory={}, local_gpu_memory * 0.9={}".format(
+                min_per_gpu / GIB, local / GIB, local / GIB * 0.9))
+
+
 def memory_plan(total, reserved, others, weights, mem_fraction_static, world_avail, tp_size, cell_bytes,
                 max_total_tokens=None):
     """What happens to one rank's memory, SGLang 0.5.9's way (model_runner and its KV cache mixin).
@@ -92,10 +100,7 @@ def memory_plan(total, reserved, others, weights, mem_fraction_static, world_ava
     plan = {"avail_before": avail, "weights": weights, "context": CUDA_CONTEXT_BYTES, "error": None,
             "kv_bytes": 0, "max_total_num_tokens": 0}
     if tp_size > 1 and min(world_avail) < avail * 0.9:
-        msg = "The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
-        msg += "min_per_gpu_memory={}, local_gpu_memory={}, local_gpu_memory * 0.9={}".format(
-            min(world_avail) / GIB, avail / GIB, avail / GIB * 0.9)
-        plan["error"] = ("init", "RuntimeError", msg)
+        plan["error"] = ("init", "RuntimeError", unbalanced_message(min(world_avail), avail))
         return plan
     after_weights = avail - CUDA_CONTEXT_BYTES - weights
     plan["avail_after_weights"] = after_weights
