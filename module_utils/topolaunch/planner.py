@@ -44,13 +44,15 @@ computes for that GPU (server_args._handle_gpu_memory_settings: reserved = 512 M
 reserved) / memory). KV room = usable - weights; KV tokens = room / bytes per token per GPU
 (model_config.kv_bytes_per_token). Activations and CUDA graphs live in the remaining (1 - fraction).
 
-Placement: plan_topology (islands, TP groups, PP stage order, NCCL settings). Score: plan_score.
+Placement: plan_topology (islands, TP groups, PP stage order, NCCL settings). Estimate: plan_score (output
+tok/s at the request's workload, with its parts; constants in plan_perf, fitted to tests/calibration/).
 
-Auto: measured results (records {model, topology_fingerprint, layout, output_throughput, max_concurrency}) for
-this model and topology fingerprint rank the layouts they cover by their best output throughput, ahead of
-every unmeasured one; without them the heuristic score ranks the valid layouts, and the reason says that a
-sweep (playbooks/sweep.yml) is how to be sure. An explicit layout is honoured when valid and refused with
-every reason when not.
+Auto: measured results (records {model, topology_fingerprint, layout, output_throughput, max_concurrency,
+input_len, output_len}) for this model and topology fingerprint, taken at a comparable workload (the same
+concurrency, input and output lengths within 10%), rank the layouts they cover ahead of every unmeasured one;
+without them the model's estimate ranks the valid layouts, and the reason says whether the margin between the
+top two is inside the model's error on the calibration set (then: measure, layout: tune). An explicit layout is
+honoured when valid and refused with every reason when not.
 """
 import hashlib
 import math
@@ -675,9 +677,21 @@ def _placement_facts(ctx, placements, tp, pp, dp, nodes_per_pp):
 # ----------------------------------------------------------------------------------------------------- measured
 
 
-def _measured_by_layout(measured, model_names, fingerprints, reasons):
-    """{layout name: {output_throughput, max_concurrency, simulated}} for this model and fingerprint."""
-    best = {}
+def comparable_workload(record, workload):
+    """A measurement counts for a workload when it ran at the same concurrency with input and output lengths
+    within 10% (issue: tune)."""
+    def near(a, b):
+        return isinstance(a, (int, float)) and not isinstance(a, bool) and abs(a - b) <= 0.1 * b
+
+    return (record.get("max_concurrency") == workload["concurrency"] and near(record.get("input_len"),
+                                                                               workload["input_len"])
+            and near(record.get("output_len"), workload["output_len"]))
+
+
+def _measured_by_layout(measured, model_names, fingerprints, workload, reasons, warnings):
+    """{layout name: {output_throughput, max_concurrency, simulated}} for this model and fingerprint at a
+    comparable workload; measurements of this model and box at other workloads are named in a warning."""
+    best, elsewhere = {}, set()
     if not measured:
         return best
     if not isinstance(measured, list):
@@ -698,14 +712,23 @@ def _measured_by_layout(measured, model_names, fingerprints, reasons):
         if isinstance(tput, bool) or not isinstance(tput, (int, float)) or layout == "auto":
             continue
         name = layout_name(layout["tp"], layout["pp"], layout["dp"], layout["ep"])
+        if not comparable_workload(rec, workload):
+            elsewhere.add("%s at %s/%s concurrency %s" % (name, rec.get("input_len"), rec.get("output_len"),
+                                                          rec.get("max_concurrency")))
+            continue
         if name not in best or tput > best[name]["output_throughput"]:
             best[name] = {"output_throughput": float(tput), "max_concurrency": rec.get("max_concurrency"),
                           "simulated": bool(rec.get("simulated"))}
+    if elsewhere and not best:
+        warnings.append("measured results of this model on this topology are at other workloads than %d/%d at "
+                        "concurrency %d, so they do not rank the layouts: %s" % (
+                            workload["input_len"], workload["output_len"], workload["concurrency"],
+                            ", ".join(sorted(elsewhere)[:6]) + (" ..." if len(elsewhere) > 6 else "")))
     return best
 
 
 def rank(candidates, measured):
-    """Order candidates: measured valid ones by throughput, then valid by heuristic estimate, then invalid."""
+    """Order candidates: measured valid ones by throughput, then valid ones by the model's estimate, then invalid."""
     heur = [c["estimate"]["tokens_per_s"] for c in candidates if c["valid"] and c["estimate"]]
     top_heur = max(heur) if heur else None
     top_meas = max((m["output_throughput"] for n, m in measured.items()
@@ -720,7 +743,7 @@ def rank(candidates, measured):
             c["source"] = "measured"
         elif c["estimate"] and top_heur:
             c["score"] = round(c["estimate"]["tokens_per_s"] / top_heur, 3)
-            c["source"] = "heuristic"
+            c["source"] = "model"
 
     def key(c):
         if not c["valid"]:
@@ -774,7 +797,8 @@ def plan(request):
                    os.path.basename(str(request.model_path).rstrip("/")) if request.model_path else None} - {None}
     # measured records of a multi-node run are stored under a node's fingerprint or the cluster's
     measured_best = _measured_by_layout(request.measured, model_names,
-                                        {fingerprint} | {n.fingerprint for n in ctx.nodes}, reasons)
+                                        {fingerprint} | {n.fingerprint for n in ctx.nodes}, ctx.workload, reasons,
+                                        p["warnings"])
     candidates = rank(candidates, measured_best)
 
     if wanted == "auto":

@@ -171,31 +171,41 @@ def test_glm5_on_the_field_box_what_the_physics_says(vnuma):
 
 def test_measured_results_win(vnuma):
     fp = vnuma["fingerprint"]
+    at = {"input_len": 1024, "output_len": 1024}
     measured = [
-        {"model": "glm-5-nvfp4", "topology_fingerprint": fp, "layout": "tp8", "output_throughput": 2100.0,
-         "max_concurrency": 64},
-        {"model": "glm-5-nvfp4", "topology_fingerprint": fp, "layout": "tp4pp2", "output_throughput": 2500.0,
-         "max_concurrency": 64},
-        {"model": "glm-5-nvfp4", "topology_fingerprint": fp, "layout": "tp4pp2", "output_throughput": 2600.0,
-         "max_concurrency": 256},
-        # another box and another model do not count
-        {"model": "glm-5-nvfp4", "topology_fingerprint": "000000000000", "layout": "tp2pp4",
-         "output_throughput": 9999.0, "max_concurrency": 64},
-        {"model": "other", "topology_fingerprint": fp, "layout": "tp2pp4", "output_throughput": 9999.0,
-         "max_concurrency": 64},
+        dict(at, model="glm-5-nvfp4", topology_fingerprint=fp, layout="tp8", output_throughput=2100.0,
+             max_concurrency=128),
+        dict(at, model="glm-5-nvfp4", topology_fingerprint=fp, layout="tp4pp2", output_throughput=2500.0,
+             max_concurrency=128),
+        # lengths within 10% count as the same workload
+        dict(model="glm-5-nvfp4", topology_fingerprint=fp, layout="tp4pp2", output_throughput=2600.0,
+             max_concurrency=128, input_len=1000, output_len=1100),
+        # another concurrency, another box, another model do not count
+        dict(at, model="glm-5-nvfp4", topology_fingerprint=fp, layout="tp2pp4", output_throughput=9999.0,
+             max_concurrency=512),
+        dict(at, model="glm-5-nvfp4", topology_fingerprint="000000000000", layout="tp2pp4",
+             output_throughput=9999.0, max_concurrency=128),
+        dict(at, model="other", topology_fingerprint=fp, layout="tp2pp4", output_throughput=9999.0,
+             max_concurrency=128),
     ]
     plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=GLM5, server_args=FIELD_ARGS, measured=measured))
     assert plan["layout"]["name"] == "tp4pp2" and plan["source"] == "measured"
     assert plan["reason"].startswith("measured results decide: tp4pp2")
-    assert "2600 tok/s at concurrency 256" in plan["reason"]
+    assert "2600 tok/s at concurrency 128" in plan["reason"]
     top = plan["candidates"][:2]
     assert [(c["name"], c["source"]) for c in top] == [("tp4pp2", "measured"), ("tp8", "measured")]
     assert top[1]["score"] == round(2100 / 2600, 3)
-    # unmeasured valid layouts follow, ranked by the heuristic
-    assert plan["candidates"][2]["source"] == "heuristic"
+    assert "tp2pp4" not in [c["name"] for c in plan["candidates"] if c["source"] == "measured"]
+    # unmeasured valid layouts follow, ranked by the model's estimate
+    assert plan["candidates"][2]["source"] == "model"
     # an explicit layout is honoured even when measurements favour another
     plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=GLM5, layout="tp8", server_args=FIELD_ARGS, measured=measured))
     assert plan["layout"]["name"] == "tp8"
+    # at another workload the measurements do not rank, and the plan says they exist
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=GLM5, server_args=FIELD_ARGS, measured=measured,
+                                            workload={"concurrency": 8}))
+    assert plan["source"] == "model"
+    assert any("at other workloads" in w and "tp4pp2 at 1024/1024 concurrency 128" in w for w in plan["warnings"])
 
 
 def test_multi_node_argv_per_node(tmp_path):

@@ -58,7 +58,7 @@ def test_specs_by_models(fake_nvml, tmp_path, spec, model):
     check_plan(plan, facts)
     valid = [c for c in plan["candidates"] if c["valid"]]
     assert plan["layout"]["name"] == valid[0]["name"]
-    assert all(c["score"] is not None and 0 < c["score"] <= 1 and c["source"] == "heuristic" for c in valid)
+    assert all(c["score"] is not None and 0 < c["score"] <= 1 and c["source"] == "model" for c in valid)
     assert all(c["reasons"] for c in plan["candidates"] if not c["valid"])
     assert all(c["tp"] * c["pp"] * c["dp"] == facts["gpu_count"] for c in plan["candidates"])
     # every valid candidate is honoured when asked for explicitly, and plans as well as auto does
