@@ -10,7 +10,8 @@ down after the test.
         pid = fake_nvml.register(0, 4 << 30)               # this process holds 4 GiB on GPU 0
         ...pynvml calls...
 
-The SGLang simulator's fixtures (`sim_site`, `lab`) live in simlab.py and are registered here.
+The SGLang simulator's fixtures (`sim_wheels`, `sim_site`, `sim_site_0523`, `lab`) live in simlab.py and are
+registered here.
 """
 import ctypes
 import importlib.util
@@ -20,7 +21,7 @@ import pathlib
 import subprocess
 
 import pytest
-from simlab import lab, sim_site  # noqa: F401 - fixtures of the simulator's end-to-end tests
+from simlab import lab, sim_site, sim_site_0523, sim_wheels  # noqa: F401 - the simulator's fixtures
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FAKENVML_SRC = ROOT / "lab" / "fakenvml"

@@ -105,15 +105,31 @@ def children_of(pid):
 
 
 @pytest.fixture(scope="session")
-def sim_site(tmp_path_factory):
-    """The simulator as shipped: build the wheel, unpack it (pure Python: unpacking is installing)."""
+def sim_wheels(tmp_path_factory):
+    """Every simulator wheel as build_wheel.py makes them (one per SGLang release): {release: wheel path}."""
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, str(ROOT / "lab/sglang_sim/build_wheel.py"), "--out", str(out)], check=True,
                    capture_output=True, timeout=60)
-    site = tmp_path_factory.mktemp("site")
-    with zipfile.ZipFile(next(out.glob("sglang-0.5.9+sim-py3-none-any.whl"))) as zf:
+    return {w.name.split("-")[1].split("+")[0]: w for w in out.glob("sglang-*+sim-py3-none-any.whl")}
+
+
+def unpack(wheel, site):
+    """Pure Python: unpacking the wheel is installing it."""
+    with zipfile.ZipFile(wheel) as zf:
         zf.extractall(site)
     return site
+
+
+@pytest.fixture(scope="session")
+def sim_site(sim_wheels, tmp_path_factory):
+    """The 0.5.9 simulator as shipped."""
+    return unpack(sim_wheels["0.5.9"], tmp_path_factory.mktemp("site"))
+
+
+@pytest.fixture(scope="session")
+def sim_site_0523(sim_wheels, tmp_path_factory):
+    """The 0.5.23 simulator as shipped."""
+    return unpack(sim_wheels["0.5.23"], tmp_path_factory.mktemp("site0523"))
 
 
 class Server:

@@ -132,6 +132,7 @@ class Link:
         self.timeout = cfg["timeout"]
         self.cond = threading.Condition()
         self.lost = None  # the error a collective raises once a peer is gone
+        self.stopping = False  # 0.5.23: rank 0 broadcast a ShutdownReq; the scheduler loop ends
         self.silence = max(GLOO_TIMEOUT, self.timeout + 60)
 
     def conns(self):
@@ -174,11 +175,19 @@ class Link:
             self.cond.wait(min(remaining, 1.0))
 
     def serve_forever(self):
-        """Serving: the scheduler loops exchange every iteration; a lost peer raises at once."""
+        """Serving: the scheduler loops exchange every iteration; a lost peer raises at once, a ShutdownReq ends the
+        loop."""
         with self.cond:
-            while not self.lost:
+            while not self.lost and not self.stopping:
                 self.cond.wait()
-            raise RuntimeError(self.lost)
+            if not self.stopping:
+                raise RuntimeError(self.lost)
+
+    def stop(self):
+        """This rank's scheduler loop got a ShutdownReq (0.5.23)."""
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
 
 
 class StoreServer(Link):
@@ -326,6 +335,15 @@ class StoreServer(Link):
             except OSError:
                 pass
 
+    def stop(self):
+        """Rank 0 passes the ShutdownReq on to every rank (0.5.23 broadcasts it across the TP ranks)."""
+        for conn in self.conns():
+            try:
+                conn.send({"op": "shutdown"})
+            except OSError:
+                pass
+        super().stop()
+
     def cluster(self):
         """Per global rank [node, gpu], and each node's GPU spec: what the launcher's performance model needs."""
         world = [[self.joined[r]["node_rank"], self.joined[r]["gpu"]] for r in range(self.world)]
@@ -420,6 +438,8 @@ class StoreClient(Link):
                 self.go = msg
             elif op == "release":
                 self.released.add(msg["name"])
+            elif op == "shutdown":
+                self.stopping = True
             self.cond.notify_all()
 
     def _on_lost(self, message):
