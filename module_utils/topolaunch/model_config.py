@@ -85,6 +85,39 @@ def _positive_int(cfg, key, value):
     return value
 
 
+# Optional integer keys the planner reads: each, when present, must be a whole number >= 0 (config.json
+# written by hand or a broken conversion would otherwise end in a Python TypeError deep in the planner).
+OPTIONAL_INTS = (
+    "head_dim", "n_routed_experts", "num_experts", "num_local_experts", "num_experts_per_tok", "moe_topk",
+    "n_shared_experts", "num_shared_experts", "first_k_dense_replace", "moe_intermediate_size", "intermediate_size",
+    "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "num_nextn_predict_layers",
+    "index_head_dim", "index_topk", "index_n_heads", "sliding_window", "max_position_embeddings", "seq_length",
+    "max_sequence_length", "decoder_sparse_step",
+)
+
+
+def _check_types(cfg):
+    """One ModelError naming the first config.json key of the wrong type."""
+    for key in OPTIONAL_INTS:
+        value = cfg.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ModelError("config.json %s must be a whole number >= 0, got %r" % (key, value))
+    for key in ("mlp_only_layers",):
+        value = cfg.get(key)
+        if value is not None and (not isinstance(value, list) or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value)):
+            raise ModelError("config.json %s must be a list of layer numbers, got %r" % (key, value))
+    for key in ("architectures", "layer_types"):
+        value = cfg.get(key)
+        if value is not None and (not isinstance(value, list) or not all(isinstance(v, str) for v in value)):
+            raise ModelError("config.json %s must be a list of strings, got %r" % (key, value))
+    if cfg.get("tie_word_embeddings") is not None and not isinstance(cfg["tie_word_embeddings"], bool):
+        raise ModelError("config.json tie_word_embeddings must be true or false, got %r" % (cfg["tie_word_embeddings"],))
+    for key in ("quantization_config", "text_config"):
+        if cfg.get(key) is not None and not isinstance(cfg[key], dict):
+            raise ModelError("config.json %s must be a mapping, got %r" % (key, cfg[key]))
+
+
 def quantization_of(cfg):
     """SGLang's name for the checkpoint's quantization (None for bf16/fp16), and the FP8 block size if any."""
     qc = cfg.get("quantization_config") or {}
@@ -112,12 +145,16 @@ def model_facts(config, total_size, name=None):
         cfg = merged
     if isinstance(total_size, bool) or not isinstance(total_size, int) or total_size <= 0:
         raise ModelError("model total_size must be a positive integer (bytes), got %r" % (total_size,))
+    _check_types(cfg)
     layers = _positive_int(cfg, "num_hidden_layers", _first(cfg, "num_hidden_layers", "n_layer", "num_layers"))
     heads = _positive_int(cfg, "num_attention_heads", _first(cfg, "num_attention_heads", "n_head"))
     kv_heads = _positive_int(cfg, "num_key_value_heads", _first(cfg, "num_key_value_heads", default=heads))
     hidden = _positive_int(cfg, "hidden_size", _first(cfg, "hidden_size", "n_embd", "d_model"))
     vocab = _positive_int(cfg, "vocab_size", cfg.get("vocab_size"))
     head_dim = _first(cfg, "head_dim", default=hidden // heads)
+    if head_dim < 1:
+        raise ModelError("config.json hidden_size %d with num_attention_heads %d gives a head size of 0; set "
+                         "head_dim or fix those keys" % (hidden, heads))
     architectures = cfg.get("architectures") or []
     arch = architectures[0] if architectures else None
     experts = _first(cfg, "n_routed_experts", "num_experts", "num_local_experts", default=0) or 0

@@ -279,6 +279,23 @@ def check_server_args(server_args, index):
     return items, values, reasons, warnings
 
 
+_NUMBER = re.compile(r"^-\d+(\.\d+)?([eE][-+]?\d+)?$")
+
+
+def text_problem(text, where):
+    """Why a string may not reach the unit file, the env file or the server's argv, or None: a control character
+    (systemd ends a line at CR as at LF, an env file at either) or a leading '-' that is not a number (a value
+    that argparse would read as another flag)."""
+    text = str(text)
+    bad = [c for c in text if ord(c) < 0x20 or ord(c) == 0x7f or c in "\u0085\u2028\u2029"]
+    if bad:
+        return "%s: %r contains a control character (%r); refused" % (where, text, bad[0])
+    if text.startswith("-") and not _NUMBER.match(text):
+        return "%s: %r looks like a flag (starts with '-'); refused so that it cannot set another server argument" % (
+            where, text)
+    return None
+
+
 def _plain_value(entry, value):
     if isinstance(value, (list, bool)):
         return value
@@ -318,11 +335,15 @@ def _words(flag, entry, value, where, version):  # noqa: C901 - one branch per a
             return [], ["%s: %s takes one value, got a list %r" % (where, flag, value)]
         items = [value]
     words, problems = [flag], []
-    for item in items:
+    for k, item in enumerate(items):
         try:
             text, converted = _convert(item, entry["type"], where)
         except ValueError as exc:
             problems.append(str(exc))
+            continue
+        problem = text_problem(text, where if len(items) == 1 else "%s[%d]" % (where, k))
+        if problem:
+            problems.append(problem)
             continue
         choices = entry["choices"]
         if choices is not None and converted not in choices:

@@ -60,7 +60,7 @@ import os
 import re
 
 from . import model_config
-from .plan_args import FlagIndex, PLANNER_FLAGS, check_server_args, supported_versions
+from .plan_args import FlagIndex, PLANNER_FLAGS, check_server_args, supported_versions, text_problem
 from . import plan_perf
 from .plan_score import Links, Shape, check_workload, estimate, gemm_peak, stage_time
 from .plan_topology import NodeTopology, nccl_env
@@ -873,7 +873,7 @@ def _prepare(request):
             config, total = model_config.load_model_dir(model_path)
             facts = model_config.model_facts(config, total, os.path.basename(str(model_path).rstrip("/")))
     except model_config.ModelError as exc:
-        reasons.append("model: %s" % exc)
+        reasons.append("model %s: %s" % (model_path, exc) if model_path and not model else "model: %s" % exc)
     if not model_path:
         reasons.append("model_path is needed: it is the --model-path of the launch")
     # server args
@@ -890,6 +890,11 @@ def _prepare(request):
         (os.path.basename(str(model_path).rstrip("/")) if model_path else None)
     if served is not None and ":" in str(served):
         reasons.append("served_model_name %r contains ':', which SGLang reserves for LoRA adapters" % served)
+    for where, text in (("served_model_name", served), ("host", host), ("model_path", model_path),
+                        ("dist_init_addr", dist_init_addr)):
+        problem = text_problem(text, where) if isinstance(text, str) else None
+        if problem:
+            reasons.append(problem)
     # nodes
     nnodes_n = _int_input(nnodes, "nnodes", reasons, 1, 1024) or 1
     rank_n = _int_input(node_rank, "node_rank", reasons, 0, max(0, nnodes_n - 1))
@@ -905,6 +910,8 @@ def _prepare(request):
     if gpus is not None:
         if not isinstance(gpus, list) or not all(isinstance(g, int) and not isinstance(g, bool) for g in gpus):
             reasons.append("gpus must be a list of GPU indices, got %r" % (gpus,))
+        elif len(set(gpus)) != len(gpus):
+            reasons.append("gpus %r names GPU %s more than once" % (gpus, sorted({g for g in gpus if gpus.count(g) > 1})))
         else:
             allowed = gpus
     nodes = []

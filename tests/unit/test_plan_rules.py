@@ -437,3 +437,41 @@ def test_the_plan_follows_the_installed_version(vnuma):
                for w in plan["warnings"]), plan["warnings"]
     reasons = refused(vnuma, "tp4pp2", sglang_version="0.5.23", server_args=FIELD_ARGS)
     assert "server_args.nsa_prefill_backend: removed in 0.5.23, use dsa_prefill_backend" in reasons
+
+
+# ---------------------------------------------------------------------------------------------- hostile input
+
+
+@pytest.mark.parametrize("server_args, key", [
+    ({"log_requests_target": ["stdout", "--tp-size", "1", "--host", "0.0.0.0"]}, "log_requests_target[1]"),
+    ({"uvicorn_access_log_exclude_prefixes": ["/x", "--api-key", "sk-secret"]}, "uvicorn_access_log_exclude_prefixes[1]"),
+    ({"chat_template": "-x"}, "chat_template"),
+])
+def test_a_list_item_or_value_that_looks_like_a_flag_is_refused(vnuma, server_args, key):
+    reasons = refused(vnuma, "tp8", server_args=server_args)
+    assert any(r.startswith("server_args.%s: " % key) and "looks like a flag" in r for r in reasons), reasons
+    assert not any("sk-secret" in r for r in reasons)
+
+
+def test_negative_numbers_are_values_not_flags(vnuma):
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8",
+                                            server_args={"random_seed": -1}))
+    assert plan["argv"][plan["argv"].index("--random-seed") + 1] == "-1"
+
+
+@pytest.mark.parametrize("field, value", [
+    ("served_model_name", "glm\r5"), ("served_model_name", "glm\x005"), ("host", "127.0.0.1\r"),
+    ("host", "--host"), ("served_model_name", "a\u2028b"),
+])
+def test_control_characters_and_flags_in_names_are_refused(vnuma, field, value):
+    reasons = refused(vnuma, "tp8", **{field: value})
+    assert any(r.startswith("%s: %r" % (field, value)) for r in reasons), reasons
+
+
+def test_control_characters_in_server_arg_values_are_refused(vnuma):
+    reasons = refused(vnuma, "tp8", server_args={"served_model_name": None, "chat_template": "a\rb"})
+    assert any("server_args.chat_template" in r and "control character" in r for r in reasons), reasons
+
+
+def test_a_gpu_named_twice_is_refused(vnuma):
+    assert "gpus [0, 0] names GPU [0] more than once" in refused(vnuma, "tp2", gpus=[0, 0])
