@@ -12,8 +12,8 @@ VERSION := $(shell sed -n 's/^version: *//p' $(COLLECTION)/galaxy.yml)
 TARBALL := build/topolaunch-sglang-$(VERSION).tar.gz
 INSTALLED := build/install/ansible_collections/topolaunch/sglang
 
-.PHONY: setup pth lock sglang-wheel fakenvml repo lab-up lab-down lab-status demo test lint unit collection sanity \
-	collection-test molecule lab-tests bench clean
+.PHONY: setup pth lock sglang-wheel sglang-flags fakenvml repo lab-up lab-down lab-status demo test lint unit collection \
+	sanity collection-test molecule lab-tests bench clean
 
 setup: $(VENV)/.installed pth ## controller venv with the pinned requirements, collections/ on its path
 
@@ -33,8 +33,11 @@ lock: ## regenerate requirements.txt from requirements.in
 	build/lockvenv/bin/pip install -q -r requirements.in
 	{ echo '# Full pinned controller environment (Python 3.11 and 3.12). Regenerate with `make lock` after editing requirements.in.'; build/lockvenv/bin/pip freeze; } > requirements.txt
 
-sglang-wheel: setup ## the pinned SGLang wheel: its flags are read with ast (never imported)
-	$(BIN)/pip download -q --no-deps --only-binary=:all: sglang==0.5.9 -d build/wheels
+sglang-wheel: setup ## every supported SGLang version's wheel (cached in build/wheels): flags are read with ast, never imported
+	$(BIN)/python tools/sglang_flags.py --download
+
+sglang-flags: sglang-wheel ## regenerate every supported version's flag table (module_utils/topolaunch/sglang_flags_*.py)
+	$(BIN)/python tools/sglang_flags.py --all
 
 fakenvml: ## build the fake libnvidia-ml.so.1 and the nvidia-smi stand-in
 	$(MAKE) -C lab/fakenvml OUT=$(CURDIR)/build/fakenvml

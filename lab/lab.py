@@ -7,6 +7,7 @@ sharing this machine's network. Its "hardware" is a GPU spec (lab/specs/<lab_gpu
 there: the provision stage installs it from the lab's apt repository (build/repo/, served over HTTP by `up`).
 
     lab.py [-i INVENTORY_DIR] up|down [--purge]|status|ssh-config
+    lab.py [-i INVENTORY_DIR] stop HOST|start HOST   (one host: "unreachable" in the lab, and back)
     lab.py down-all [--purge]          (every lab of this checkout: the CI safety net)
 
 State lives in .lab/<inventory basename>/ (pid files, each host's disk as an overlayfs upper dir over the
@@ -758,17 +759,28 @@ def state_lock(lab):
         yield
 
 
-def cmd_up(lab, args):
+def inventory_host(lab, name):
+    """The inventory's host `name`; LabError listing the hosts when there is none."""
+    for host in lab.hosts:
+        if host.name == name:
+            return host
+    raise LabError(f"host {name!r} is not in inventory {lab.inventory_dir} "
+                   f"(its hosts: {', '.join(h.name for h in lab.hosts)})")
+
+
+def cmd_up(lab, args, only=None):
+    """Boot the inventory's hosts (only those named in `only`, when given); reuse running ones."""
     t0 = time.monotonic()
     for host in lab.hosts:  # every input is checked before anything changes
         host.spec_bytes, host.sysfs = spec_files(host.spec_path)
+    hosts = [h for h in lab.hosts if only is None or h.name in only]
     need_root()
     with state_lock(lab):
         pubkey = ensure_ssh_key()
         rootfs = ensure_rootfs()
         RepoServer(lab).ensure()
         booting = {}
-        for host in lab.hosts:
+        for host in hosts:
             rt = HostRuntime(lab, host.name)
             st = rt.state()
             if rt.running() and st.get("port") != host.port:
@@ -807,7 +819,24 @@ def cmd_up(lab, args):
             errors = [f.exception() for f in futures if f.exception()]
         if errors:
             raise LabError("\n".join(str(e) for e in errors))
-    log(f"lab {lab.name}: {len(lab.hosts)} host(s) up in {time.monotonic() - t0:.1f} s")
+    log(f"lab {lab.name}: {len(hosts)} host(s) up in {time.monotonic() - t0:.1f} s")
+
+
+def cmd_start(lab, args):
+    """Boot one host of the inventory (after `stop`); the others are left as they are."""
+    cmd_up(lab, args, only=[inventory_host(lab, args.host).name])
+
+
+def cmd_stop(lab, args):
+    """Power one host off (its container stops: the lab's "unreachable"); the others and the repo server stay."""
+    host = inventory_host(lab, args.host)
+    need_root()
+    with state_lock(lab):
+        rt = HostRuntime(lab, host.name)
+        if not rt.running():
+            log(f"{host.name}: not running")
+        rt.stop(rt.state().get("port") or host.port)
+    log(f"lab {lab.name}: {host.name} stopped (`lab.py start {host.name}` boots it again)")
 
 
 def known_hosts(lab):
@@ -910,11 +939,16 @@ def main(argv=None):
     down.add_argument("--purge", action="store_true", help="also delete the hosts' disks (overlay upper dirs)")
     down_all = sub.add_parser("down-all", help="down every lab of this checkout (.lab/*), whatever its inventory")
     down_all.add_argument("--purge", action="store_true", help="also delete the hosts' disks")
+    stop = sub.add_parser("stop", help="power one host off (its container stops); the others keep running")
+    stop.add_argument("host", help="a host of the inventory")
+    start = sub.add_parser("start", help="boot one host of the inventory (after stop)")
+    start.add_argument("host", help="a host of the inventory")
+    start.add_argument("--timeout", type=float, default=BOOT_TIMEOUT, help="seconds to wait for the host")
     sub.add_parser("status", help="each host: running or not, port, spec")
     sub.add_parser("ssh-config", help="print an ssh_config for the hosts")
     args = parser.parse_args(argv)
     commands = {"up": cmd_up, "down": cmd_down, "down-all": cmd_down_all, "status": cmd_status,
-                "ssh-config": cmd_ssh_config}
+                "ssh-config": cmd_ssh_config, "stop": cmd_stop, "start": cmd_start}
     try:
         commands[args.command](None if args.command == "down-all" else Lab(args.inventory), args)
     except LabError as e:

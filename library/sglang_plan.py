@@ -10,7 +10,7 @@ description:
     layout and extra server arguments into the exact launch - CUDA_VISIBLE_DEVICES order, environment, canonical
     C(sglang.launch_server) arguments of the pinned SGLang version, PP layer split, memory fit - and explains it.
   - Every layout for the GPU count is a candidate, valid or not with all its reasons; C(auto) ranks valid ones by
-    measured results for this model and topology fingerprint, else by a documented heuristic score.
+    measured results for this model and topology fingerprint, else by the performance model's estimate at the workload.
   - An invalid explicit layout, or any bad input, fails with every reason before anything changes on a host.
   - Changes nothing on the host; runs the same in check mode. Reads the model directory on the target, and NVML
     there (like gpu_topology, so under the tools venv python) when neither O(topology) nor O(node_topologies) is

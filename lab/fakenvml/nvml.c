@@ -28,6 +28,9 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fn_spec *g_spec;  /* spec of the last successful init */
 static int g_refcount;          /* nvmlInit calls not yet matched by nvmlShutdown */
 static char g_state_dir[4096];
+/* nvmlErrorString(NVML_ERROR_UNKNOWN) after an nvmlInit that failed on a malformed spec: the real text, then the
+ * spec's error, so a client that asks the library for the text (topolaunch's gpu_topology does) shows the field. */
+static char g_init_error[1200];
 
 #define LOCKED(call)                        \
     do {                                    \
@@ -56,9 +59,12 @@ static nvmlReturn_t do_init(void)
     int rc = fn_spec_load(path, spec, err, sizeof(err));
     if (rc != 0) {
         fprintf(stderr, "fake-nvml: %s\n", err);
+        if (rc == NVML_ERROR_UNKNOWN)
+            snprintf(g_init_error, sizeof(g_init_error), "Unknown Error: fake-nvml: %s", err);
         free(spec);
         return rc;
     }
+    g_init_error[0] = '\0';
     free(g_spec);
     g_spec = spec;
     const char *dir = getenv("FAKE_NVML_STATE_DIR");
@@ -115,6 +121,7 @@ EXPORT const char *nvmlErrorString(nvmlReturn_t result)
     case NVML_ERROR_NOT_READY: return "Not ready";
     case NVML_ERROR_GPU_NOT_FOUND: return "GPU not found";
     case NVML_ERROR_INVALID_STATE: return "Invalid state";
+    case NVML_ERROR_UNKNOWN: return g_init_error[0] ? g_init_error : "Unknown Error";
     default: return "Unknown Error";
     }
 }

@@ -535,9 +535,125 @@ static int load_p2p(struct ctx *c, const struct json *v, struct fn_spec *s)
     return 0;
 }
 
+/* ---- links: per-pair figures for the preflight stand-in (lab/preflight); NVML has no call that answers them,
+ * so they are only checked here. */
+
+static int want_positive(struct ctx *c, const struct json *v, const char *field, double max)
+{
+    if (v->type != JSON_NUMBER)
+        return bad(c, field, "expected a number above 0, got %s", json_type_name(v->type));
+    if (!(v->number > 0.0) || v->number > max)
+        return bad(c, field, "%g is out of range (above 0, at most %g)", v->number, max);
+    return 0;
+}
+
+#define MAX_GBPS 100000.0
+#define MAX_LATENCY_US 10000000.0
+
+/* gbps: a number (both directions) or [a -> b, b -> a]. */
+static int want_gbps(struct ctx *c, const struct json *v, const char *field)
+{
+    if (v->type != JSON_ARRAY)
+        return want_positive(c, v, field, MAX_GBPS);
+    if (v->count != 2)
+        return bad(c, field, "expected a number or [a->b, b->a], got %zu items", v->count);
+    char f[256];
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(f, sizeof(f), "%s[%zu]", field, i);
+        if (want_positive(c, v->items[i], f, MAX_GBPS) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static const char *const FIGURE_KEYS[] = {"gbps", "latency_us", NULL};
+static const char *const DEFAULT_LINK_KEYS[] = {"gbps", "latency_us", "hangs", NULL};
+static const char *const PAIR_LINK_KEYS[] = {"gpus", "gbps", "latency_us", "hangs", "p2p_disabled", NULL};
+
+/* A figures object: gbps and latency_us (required or not), hangs where allowed. */
+static int load_figures(struct ctx *c, const struct json *v, const char *where, const char *const *keys, int required)
+{
+    char f[160];
+    const struct json *x;
+    if (check_object(c, v, where, keys) < 0)
+        return -1;
+    int found = member(c, v, where, "gbps", required, f, sizeof(f), &x);
+    if (found < 0 || (found && want_gbps(c, x, f) < 0))
+        return -1;
+    found = member(c, v, where, "latency_us", required, f, sizeof(f), &x);
+    if (found < 0 || (found && want_positive(c, x, f, MAX_LATENCY_US) < 0))
+        return -1;
+    int hangs;
+    for (const char *const *k = keys; *k; k++)
+        if (strcmp(*k, "hangs") == 0 && get_bool(c, v, where, "hangs", 0, 0, &hangs) < 0)
+            return -1;
+    return 0;
+}
+
+static const char *const LINKS_KEYS[] = {"default", "p2p_disabled", "local", "pairs", NULL};
+
+static int load_links(struct ctx *c, const struct json *v, const struct fn_spec *s)
+{
+    char f[96], g[128];
+    if (!v)
+        return 0;
+    if (check_object(c, v, "links", LINKS_KEYS) < 0)
+        return -1;
+    const struct json *d = json_get(v, "default");
+    if (!d)
+        return bad(c, "links.default", "missing");
+    if (load_figures(c, d, "links.default", DEFAULT_LINK_KEYS, 1) < 0)
+        return -1;
+    const struct json *off = json_get(v, "p2p_disabled");
+    if (!off)
+        return bad(c, "links.p2p_disabled", "missing");
+    if (load_figures(c, off, "links.p2p_disabled", FIGURE_KEYS, 1) < 0)
+        return -1;
+    const struct json *local = json_get(v, "local");
+    if (local && load_figures(c, local, "links.local", FIGURE_KEYS, 1) < 0)
+        return -1;
+    const struct json *pairs = json_get(v, "pairs");
+    if (!pairs)
+        return 0;
+    if (want_array(c, pairs, "links.pairs", (size_t)-1) < 0)
+        return -1;
+    static int seen[FN_MAX_GPUS][FN_MAX_GPUS];
+    memset(seen, 0, sizeof(seen));
+    for (size_t p = 0; p < pairs->count; p++) {
+        const struct json *e = pairs->items[p];
+        snprintf(f, sizeof(f), "links.pairs[%zu]", p);
+        if (load_figures(c, e, f, PAIR_LINK_KEYS, 0) < 0)
+            return -1;
+        snprintf(g, sizeof(g), "%s.gpus", f);
+        const struct json *gpus = json_get(e, "gpus");
+        if (!gpus)
+            return bad(c, g, "missing");
+        if (want_array(c, gpus, g, 2) < 0)
+            return -1;
+        long long a, b;
+        char h[144];
+        snprintf(h, sizeof(h), "%s[0]", g);
+        if (want_int(c, gpus->items[0], h, 0, s->count - 1, &a) < 0)
+            return -1;
+        snprintf(h, sizeof(h), "%s[1]", g);
+        if (want_int(c, gpus->items[1], h, 0, s->count - 1, &b) < 0)
+            return -1;
+        if (a == b)
+            return bad(c, g, "a GPU paired with itself (its own copy is links.local)");
+        if (seen[a][b])
+            return bad(c, g, "GPUs %lld and %lld are listed twice (also links.pairs[%d])", a, b, seen[a][b] - 1);
+        seen[a][b] = seen[b][a] = (int)p + 1;
+        const struct json *po = json_get(e, "p2p_disabled");
+        snprintf(h, sizeof(h), "%s.p2p_disabled", f);
+        if (po && load_figures(c, po, h, FIGURE_KEYS, 1) < 0)
+            return -1;
+    }
+    return 0;
+}
+
 static const char *const TOP_KEYS[] = {
     "name", "driver_version", "cuda_driver_version", "virtualization", "gpus", "pcie_topology",
-    "nvlink", "p2p", "not_supported", NULL,
+    "nvlink", "p2p", "not_supported", "links", NULL,
 };
 
 static int load(struct ctx *c, const struct json *root, struct fn_spec *s)
@@ -586,6 +702,8 @@ static int load(struct ctx *c, const struct json *root, struct fn_spec *s)
     if (load_nvlink(c, json_get(root, "nvlink"), s) < 0)
         return -1;
     if (load_p2p(c, json_get(root, "p2p"), s) < 0)
+        return -1;
+    if (load_links(c, json_get(root, "links"), s) < 0)
         return -1;
 
     const struct json *ns = json_get(root, "not_supported");

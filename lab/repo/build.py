@@ -7,21 +7,30 @@ Layout of OUT (the URL root, inventory var `lab_repo_url`):
 
     apt/debian12/x86_64/     flat apt repository like NVIDIA's CUDA repository for Debian 12: stand-in .debs with
                              the real package names (open driver branches 570/580/590, nvidia-persistenced,
-                             cuda-toolkit-12-8/12-9), Packages(.gz), Release signed as InRelease and Release.gpg
+                             cuda-toolkit-12-8/12-9/13-0, cuda-toolkit-13), Packages(.gz), Release signed as
+                             InRelease and Release.gpg
     keyring/<port>/          cuda-keyring_1.1-1_all.deb whose sources list points at http://127.0.0.1:<port>/apt/...
                              (the real cuda-keyring hard-codes NVIDIA's URL; each lab serves on its own port)
-    pip/                     SGLang simulator wheel + the PyPI wheels the lab venvs need, index.html for --find-links
-    models/<name>.tar        stand-in model directory (config.json + model.safetensors.index.json, no weights)
+    pip/                     the SGLang simulator wheels (sglang-0.5.9+sim, sglang-0.5.23+sim) + the PyPI wheels the
+                             lab venvs need, index.html for --find-links
+    pip-client/              the REAL SGLang 0.5.9 wheel and the wheels its benchmark client imports (Python 3.11,
+                             manylinux x86_64), sglang-0.5.9-client.txt (the pinned list), index.html: what a lab
+                             host needs to run SGLang's own client offline in a venv of its own (README.md, "The
+                             real benchmark client")
+    models/<name>.tar        stand-in model directory (config.json + model.safetensors.index.json, no weights) and
+                             a generated word-level tokenizer (tokenizer.json, tokenizer_config.json)
     hf/                      static stand-in of the Hugging Face endpoints the model_weights pre-checks read
 
 The signing key is generated once into OUT-signing/ (next to OUT, not served) and reused, so keyring packages
 built earlier stay valid. The driver library package carries the fake NVML (build/fakenvml, `make fakenvml`).
-Re-running is cheap: pip wheels are downloaded only when the wanted set changed.
+Re-running is cheap: pip wheels are downloaded only when the wanted set changed (pip/.download-stamp,
+pip-client/.download-stamp); the real SGLang wheel comes from build/wheels (tools/sglang_flags.py's cache).
 """
 import argparse
 import gzip
 import hashlib
 import html
+import io
 import json
 import os
 import shutil
@@ -51,7 +60,14 @@ CUDA_TOOLKITS = {
              "build": "cuda_12.8.r12.8/compiler.35583870_0"},
     "12.9": {"version": "12.9.1-1", "nvcc": "V12.9.86", "built": "Tue_May_27_02:21:03_PDT_2025",
              "build": "cuda_12.9.r12.9/compiler.36037853_0"},
+    # 13.0 Update 2, the toolkit SGLang 0.5.23's torch 2.14.1 is built against (cuda-toolkit==13.0.3 on PyPI);
+    # needs driver >= 580.65.06
+    "13.0": {"version": "13.0.2-1", "nvcc": "V13.0.88", "built": "Wed_Aug_20_01:57:39_PM_PDT_2025",
+             "build": "cuda_13.0.r13.0/compiler.36424714_0"},
 }
+# NVIDIA's per-major metapackage (cuda-toolkit-13 -> the newest cuda-toolkit-13-<minor>), for the majors it exists
+# for in the lab: CUDA 13 (SGLang 0.5.23's)
+CUDA_MAJOR_METAPACKAGES = {"13": "13.0"}
 
 # Hugging Face stand-in: repo id -> (pinned revision, gated). The lab inventory pins the same revision.
 HF_REPOS = {
@@ -210,6 +226,12 @@ def cuda_packages(outdir):
             },
         )
         print(f"  cuda-toolkit-{dash} {info['version']}")
+    for major, release in CUDA_MAJOR_METAPACKAGES.items():
+        info = CUDA_TOOLKITS[release]
+        build_deb(outdir, f"cuda-toolkit-{major}", info["version"],
+                  f"CUDA Toolkit {major} meta-package (lab stand-in): the newest {major}.x toolkit",
+                  depends=[f"cuda-toolkit-{release.replace('.', '-')} (>= {info['version']})"])
+        print(f"  cuda-toolkit-{major} {info['version']} -> cuda-toolkit-{release.replace('.', '-')}")
 
 
 def signing_key(gnupg):
@@ -285,6 +307,19 @@ def keyring_packages(out, keyring, ports):
 # Build backend for source installs (the sglang role's git method), so that they too build offline in the lab.
 BUILD_WHEELS = ["setuptools==80.9.0"]
 
+# The REAL SGLang benchmark client per release the lab runs it for: what importing the client module needs
+# (docs/sglang-versions.md, "Bench client": 0.5.9's sglang.bench_serving imports no torch), pinned; transformers
+# as the 0.5.9 wheel pins it (METADATA:270), the others as resolved for Python 3.11 when this list was written.
+# 0.5.23's client imports torch and triton at load: not offline-installable on a lab host, not listed.
+CLIENT_PACKAGES = {
+    "0.5.9": ["aiohttp==3.14.5", "datasets==5.0.1", "ipython==9.18.1", "numpy==2.4.6", "pillow==13.0.0",
+              "pybase64==1.5.1", "pydantic==2.14.4", "requests==2.34.2", "tqdm==4.70.1", "transformers==4.57.1"],
+}
+# pip download for the lab hosts' interpreter (Debian 12: CPython 3.11, glibc 2.36)
+PLATFORM_ARGS = ["--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
+                 "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
+                 "--platform", "manylinux_2_28_x86_64", "--platform", "linux_x86_64"]
+
 
 def wanted_wheels():
     """The PyPI packages the lab venvs install: the tools venv's list from the role's own defaults, the build backend."""
@@ -292,54 +327,131 @@ def wanted_wheels():
     return list(defaults["topolaunch_tools_packages"]) + BUILD_WHEELS
 
 
+def write_index(directory):
+    links = "".join(f'<a href="{html.escape(w.name)}">{html.escape(w.name)}</a><br>\n'
+                    for w in sorted(directory.glob("*.whl")))
+    (directory / "index.html").write_text(f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n")
+
+
+def place(src, dest):
+    """Put src at dest unless an identical file is there: a lab may be installing the old one right now."""
+    if not dest.exists() or sha(dest, "sha256") != sha(src, "sha256"):
+        shutil.copyfile(src, dest.with_suffix(".tmp"))
+        os.replace(dest.with_suffix(".tmp"), dest)
+
+
+def sim_wheels(pipdir, python, sim_builder):
+    """Every simulator wheel (one per SGLang release) in pipdir; a wheel no longer built is removed."""
+    with tempfile.TemporaryDirectory(dir=pipdir) as tmp:
+        run([python, str(sim_builder), "--out", tmp])
+        built = sorted(Path(tmp).glob("sglang-*+sim-*.whl"))
+        if not built:
+            sys.exit(f"{sim_builder} left no sglang-*+sim-*.whl in {tmp}")
+        names = {b.name for b in built}
+        for old in pipdir.glob("sglang-*.whl"):
+            if old.name not in names:
+                old.unlink()
+        for wheel in built:
+            place(wheel, pipdir / wheel.name)
+    return [pipdir / name for name in sorted(names)]
+
+
+def pip_download(python, dest, requirements):
+    run([python, "-m", "pip", "download", "--quiet", "--dest", str(dest), *PLATFORM_ARGS, *requirements])
+
+
 def pip_repo(out, python, sim_builder):
     pipdir = out / "pip"
     pipdir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=pipdir) as tmp:
-        run([python, str(sim_builder), "--out", tmp])
-        built = sorted(Path(tmp).glob("sglang-*.whl"))
-        if len(built) != 1:
-            sys.exit(f"{sim_builder} should leave one sglang-*.whl in {tmp}, found {[b.name for b in built]}")
-        dest = pipdir / built[0].name
-        # Replaced only when it differs (the build is reproducible): a lab may be installing it right now.
-        if not dest.exists() or sha(dest, "sha256") != sha(built[0], "sha256"):
-            for old in pipdir.glob("sglang-*.whl"):
-                old.unlink()
-            os.replace(built[0], dest)
-    sims = [dest]
-    wanted = wanted_wheels() + [f"{sims[0]}[all]"]  # [all]: the extra the sglang role installs
-    stamp_text = json.dumps([wanted_wheels(), sha(sims[0], "sha256")])
+    sims = sim_wheels(pipdir, python, sim_builder)
+    stamp_text = json.dumps([wanted_wheels(), [sha(w, "sha256") for w in sims]])
     stamp = pipdir / ".download-stamp"
-    if stamp.exists() and stamp.read_text() == stamp_text and (out / "apt" / DISTRO / ARCH / "InRelease").exists():
+    if stamp.exists() and stamp.read_text() == stamp_text:
         print("  pip wheels up to date")
     else:
         print(f"  pip download (Python 3.11, manylinux x86_64): {' '.join(wanted_wheels())} + simulator deps")
-        run([python, "-m", "pip", "download", "--quiet", "--dest", str(pipdir), "--only-binary=:all:",
-             "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
-             "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
-             "--platform", "manylinux_2_28_x86_64", "--platform", "linux_x86_64", *wanted])
+        pip_download(python, pipdir, wanted_wheels())
+        for wheel in sims:  # one resolve per simulator wheel: two sglang versions cannot be in one
+            pip_download(python, pipdir, [f"{wheel}[all]"])  # [all]: the extra the sglang role installs
         stamp.write_text(stamp_text)
-    links = "".join(f'<a href="{html.escape(w.name)}">{html.escape(w.name)}</a><br>\n'
-                    for w in sorted(pipdir.glob("*.whl")))
-    (pipdir / "index.html").write_text(f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n")
-    print(f"  pip: {len(list(pipdir.glob('*.whl')))} wheels")
+    write_index(pipdir)
+    print(f"  pip: {len(list(pipdir.glob('*.whl')))} wheels ({', '.join(w.name for w in sims)})")
+
+
+def client_repo(out, python, sglang_wheels):
+    """pip-client/: the real SGLang wheel of each release in CLIENT_PACKAGES (from the wheel cache, downloaded
+    there once with --no-deps) and the wheels of what its client imports, for a venv of its own on a lab host."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from sglang_flags import download_wheel  # the one place that knows each release's wheel file
+
+    cdir = out / "pip-client"
+    cdir.mkdir(parents=True, exist_ok=True)
+    for version, packages in CLIENT_PACKAGES.items():
+        real = Path(download_wheel(version, sglang_wheels))
+        place(real, cdir / real.name)
+        (cdir / f"sglang-{version}-client.txt").write_text(
+            f"# What SGLang {version}'s benchmark client imports (install the real sglang=={version} wheel with "
+            "--no-deps beside it)\n" + "".join(p + "\n" for p in packages))
+    stamp_text = json.dumps(CLIENT_PACKAGES)
+    stamp = cdir / ".download-stamp"
+    if stamp.exists() and stamp.read_text() == stamp_text:
+        print("  pip-client wheels up to date")
+    else:
+        wanted = sorted({p for packages in CLIENT_PACKAGES.values() for p in packages})
+        print(f"  pip download for the real benchmark client (Python 3.11, manylinux x86_64): {' '.join(wanted)}")
+        pip_download(python, cdir, wanted)
+        stamp.write_text(stamp_text)
+    write_index(cdir)
+    print(f"  pip-client: {len(list(cdir.glob('*.whl')))} wheels")
+
+
+# The stand-in model's tokenizer: word-level, one token per whitespace-separated word, which is what the simulator
+# counts. Words t0..t{N-1} (the lab client's random-ids words), then [UNK] (id N, special; WordLevel needs it in its
+# vocabulary, so tokenizer.vocab_size is N + 1). SGLang's random-ids client draws ids below vocab_size, decodes them
+# ("t17 t18 ... [UNK]": no decoder, tokens joined by spaces) and sends the text; the simulator counts one token per
+# word, so prompt lengths agree exactly. The simulator's output words are not in the vocabulary: each retokenizes
+# to one [UNK], so the client's retokenized output count agrees too.
+TOKENIZER_VOCAB = 32000
+CHAT_TEMPLATE = ("{% for message in messages %}<|{{ message['role'] }}|> {{ message['content'] }} {% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def tokenizer_files(vocab_size=TOKENIZER_VOCAB):
+    """{file name: bytes} of a Hugging Face tokenizer directory (tokenizers' tokenizer.json format 1.0)."""
+    vocab = {f"t{i}": i for i in range(vocab_size)}
+    vocab["[UNK]"] = vocab_size
+    tokenizer = {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": vocab_size, "content": "[UNK]", "single_word": False, "lstrip": False,
+                          "rstrip": False, "normalized": False, "special": True}],
+        "normalizer": None, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None, "decoder": None,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"},
+    }
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]", "model_max_length": 202752,
+              "clean_up_tokenization_spaces": False, "chat_template": CHAT_TEMPLATE}
+    return {"tokenizer.json": json.dumps(tokenizer, separators=(",", ":")).encode() + b"\n",
+            "tokenizer_config.json": json.dumps(config, indent=1).encode() + b"\n"}
 
 
 def model_archive(out, model_dir, name):
+    """models/<name>.tar: the fixture's config and weights index, and the generated tokenizer."""
+    members = {}
     for f in ("config.json", "model.safetensors.index.json"):
         if not (model_dir / f).is_file():
             sys.exit(f"model fixture {model_dir} lacks {f}")
+        members[f] = (model_dir / f).read_bytes()
+    members.update(tokenizer_files())
     mdir = out / "models"
     mdir.mkdir(parents=True, exist_ok=True)
     dest = mdir / f"{name}.tar"
     with tarfile.open(dest, "w", format=tarfile.GNU_FORMAT) as tar:
-        for f in ("config.json", "model.safetensors.index.json"):
-            info = tar.gettarinfo(str(model_dir / f), arcname=f)
-            info.mtime, info.uid, info.gid, info.uname, info.gname, info.mode = 0, 0, 0, "root", "root", 0o644
-            with open(model_dir / f, "rb") as fh:
-                tar.addfile(info, fh)
-    print(f"  models/{dest.name} from {model_dir}")
-    return json.loads((model_dir / "model.safetensors.index.json").read_text())
+        for arcname, data in members.items():
+            info = tarfile.TarInfo(arcname)
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            info.uid, info.gid, info.uname, info.gname = 0, 0, "root", "root"
+            tar.addfile(info, io.BytesIO(data))
+    print(f"  models/{dest.name} from {model_dir} (+ tokenizer)")
+    return json.loads(members["model.safetensors.index.json"])
 
 
 def hf_standin(out, index):
@@ -396,7 +508,10 @@ def main(argv=None):
     ap.add_argument("--keyring-ports", type=port_range, default=port_range("18080-18119"),
                     help="lab repository ports to build a cuda-keyring for (default 18080-18119)")
     ap.add_argument("--python", default=sys.executable, help="python whose pip downloads the wheels")
-    ap.add_argument("--skip-pip", action="store_true", help="leave pip/ alone (no simulator, no download)")
+    ap.add_argument("--skip-pip", action="store_true",
+                    help="leave pip/ and pip-client/ alone (no simulator, no download)")
+    ap.add_argument("--sglang-wheels", type=Path, default=ROOT / "build/wheels",
+                    help="cache of the real SGLang wheels (tools/sglang_flags.py --download fills it)")
     args = ap.parse_args(argv)
 
     for f in ("libnvidia-ml.so.1", "nvidia-smi"):
@@ -422,6 +537,7 @@ def main(argv=None):
         stamp.write_text(stamp_text)
     if not args.skip_pip:
         pip_repo(out, args.python, args.sim_builder)
+        client_repo(out, args.python, args.sglang_wheels)
     print("done")
 
 

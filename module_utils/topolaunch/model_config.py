@@ -85,6 +85,39 @@ def _positive_int(cfg, key, value):
     return value
 
 
+# Optional integer keys the planner reads: each, when present, must be a whole number >= 0 (config.json
+# written by hand or a broken conversion would otherwise end in a Python TypeError deep in the planner).
+OPTIONAL_INTS = (
+    "head_dim", "n_routed_experts", "num_experts", "num_local_experts", "num_experts_per_tok", "moe_topk",
+    "n_shared_experts", "num_shared_experts", "first_k_dense_replace", "moe_intermediate_size", "intermediate_size",
+    "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "num_nextn_predict_layers",
+    "index_head_dim", "index_topk", "index_n_heads", "sliding_window", "max_position_embeddings", "seq_length",
+    "max_sequence_length", "decoder_sparse_step",
+)
+
+
+def _check_types(cfg):
+    """One ModelError naming the first config.json key of the wrong type."""
+    for key in OPTIONAL_INTS:
+        value = cfg.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ModelError("config.json %s must be a whole number >= 0, got %r" % (key, value))
+    for key in ("mlp_only_layers",):
+        value = cfg.get(key)
+        if value is not None and (not isinstance(value, list) or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value)):
+            raise ModelError("config.json %s must be a list of layer numbers, got %r" % (key, value))
+    for key in ("architectures", "layer_types"):
+        value = cfg.get(key)
+        if value is not None and (not isinstance(value, list) or not all(isinstance(v, str) for v in value)):
+            raise ModelError("config.json %s must be a list of strings, got %r" % (key, value))
+    if cfg.get("tie_word_embeddings") is not None and not isinstance(cfg["tie_word_embeddings"], bool):
+        raise ModelError("config.json tie_word_embeddings must be true or false, got %r" % (cfg["tie_word_embeddings"],))
+    for key in ("quantization_config", "text_config"):
+        if cfg.get(key) is not None and not isinstance(cfg[key], dict):
+            raise ModelError("config.json %s must be a mapping, got %r" % (key, cfg[key]))
+
+
 def quantization_of(cfg):
     """SGLang's name for the checkpoint's quantization (None for bf16/fp16), and the FP8 block size if any."""
     qc = cfg.get("quantization_config") or {}
@@ -112,12 +145,16 @@ def model_facts(config, total_size, name=None):
         cfg = merged
     if isinstance(total_size, bool) or not isinstance(total_size, int) or total_size <= 0:
         raise ModelError("model total_size must be a positive integer (bytes), got %r" % (total_size,))
+    _check_types(cfg)
     layers = _positive_int(cfg, "num_hidden_layers", _first(cfg, "num_hidden_layers", "n_layer", "num_layers"))
     heads = _positive_int(cfg, "num_attention_heads", _first(cfg, "num_attention_heads", "n_head"))
     kv_heads = _positive_int(cfg, "num_key_value_heads", _first(cfg, "num_key_value_heads", default=heads))
     hidden = _positive_int(cfg, "hidden_size", _first(cfg, "hidden_size", "n_embd", "d_model"))
     vocab = _positive_int(cfg, "vocab_size", cfg.get("vocab_size"))
     head_dim = _first(cfg, "head_dim", default=hidden // heads)
+    if head_dim < 1:
+        raise ModelError("config.json hidden_size %d with num_attention_heads %d gives a head size of 0; set "
+                         "head_dim or fix those keys" % (hidden, heads))
     architectures = cfg.get("architectures") or []
     arch = architectures[0] if architectures else None
     experts = _first(cfg, "n_routed_experts", "num_experts", "num_local_experts", default=0) or 0
@@ -157,10 +194,50 @@ def model_facts(config, total_size, name=None):
         "qk_nope_head_dim": cfg.get("qk_nope_head_dim"),
         "nsa": bool(arch in NSA_ARCHITECTURES and cfg.get("index_topk") is not None),
         "index_head_dim": int(cfg.get("index_head_dim") or 128),
+        "index_topk": int(cfg.get("index_topk") or 0),
+        "index_n_heads": int(cfg.get("index_n_heads") or 64),
         "total_size": total_size,
+        "sliding_window": _sliding_window(cfg),
+        "kv_cache_quant": str((cfg.get("quantization_config") or {}).get("kv_cache_quant_algo") or "").upper() or None
+        if isinstance(cfg.get("quantization_config"), dict) else None,
+        "swa_layers": _swa_layers(cfg, layers),
     }
     facts["params"] = _param_estimate(facts)
+    facts["bytes"] = _byte_split(facts)
     return facts
+
+
+def _sliding_window(cfg):
+    window = cfg.get("sliding_window")
+    return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
+
+
+def _swa_layers(cfg, layers):
+    """How many layers attend over a sliding window only (layer_types: sliding_attention, as gpt-oss, Gemma)."""
+    if not _sliding_window(cfg):
+        return 0
+    types = cfg.get("layer_types")
+    if isinstance(types, list):
+        return sum(1 for t in types[:layers] if str(t).startswith("sliding"))
+    return 0
+
+
+def _byte_split(f):
+    """Checkpoint bytes by part: {embed, head (0 when tied), attention (one layer), dense_layer, moe_layer,
+    per_param}. Embeddings and LM head are 16 bit (quantized checkpoints keep them so); the rest of total_size is
+    spread over the layers' parameters (MTP/nextn layers included, as an average layer), so quantized experts and
+    16-bit attention average out to the checkpoint's real size."""
+    p = f["params"]
+    embed = f["vocab_size"] * f["hidden_size"] * 2
+    head = 0 if f["tie_word_embeddings"] else embed
+    experts = f["num_experts"] if f["moe"] else 0
+    dense_layer = p["attention_per_layer"] + p["dense_mlp_per_layer"]
+    moe_layer = p["attention_per_layer"] + (experts + f["shared_experts"]) * p["expert"]
+    layer_params = dense_layer * f["dense_layers"] + moe_layer * (f["num_layers"] - f["dense_layers"])
+    all_params = layer_params + f["nextn_layers"] * layer_params / float(f["num_layers"])
+    per_param = max(1.0, f["total_size"] - embed - head) / all_params
+    return {"embed": embed, "head": head, "attention": p["attention_per_layer"] * per_param,
+            "dense_layer": dense_layer * per_param, "moe_layer": moe_layer * per_param, "per_param": per_param}
 
 
 def _dense_layers(cfg, layers, experts):
@@ -228,11 +305,20 @@ def _param_estimate(f):
     }
 
 
+# SGLang's hybrid sliding-window memory pool gives the sliding-window layers swa_full_tokens_ratio (0.8) times
+# the tokens of the full-attention layers (server_args.swa_full_tokens_ratio, model_runner_kv_cache_mixin).
+SWA_FULL_TOKENS_RATIO = 0.8
+
+
 def kv_bytes_per_token(facts, tp, layers, kv_dtype_bytes):
     """KV cache bytes one token takes on one GPU of a TP group holding `layers` layers (SGLang 0.5.9
     model_runner_kv_cache_mixin.get_cell_size_per_token): MLA keeps (kv_lora_rank + qk_rope_head_dim) per layer,
     replicated on every TP rank; DSA adds the indexer key (index_head_dim + index_head_dim // 128 * 4 bytes);
-    MHA/GQA keeps max(1, kv_heads // tp) heads of (head_dim + v_head_dim)."""
+    MHA/GQA keeps max(1, kv_heads // tp) heads of (head_dim + v_head_dim). Sliding-window layers count at
+    SWA_FULL_TOKENS_RATIO (their pool's share per full-attention token)."""
+    swa = facts.get("swa_layers") or 0
+    if swa:
+        layers = layers * (1.0 - swa / float(facts["num_layers"]) * (1.0 - SWA_FULL_TOKENS_RATIO))
     if facts["mla"]:
         cell = (facts["kv_lora_rank"] + (facts["qk_rope_head_dim"] or 64)) * layers * kv_dtype_bytes
         if facts["nsa"]:

@@ -1,15 +1,77 @@
-"""Server args of the plan checked against the pinned SGLang version's own flag table, and turned into argv.
+"""Server args of the plan checked against the installed SGLang version's own flag table, and turned into argv.
 
-Plain Python 3.9+ stdlib. The tables are generated from the SGLang wheel by tools/sglang_flags.py
-(sglang_flags_<version>.py). A key of `server_args` may be the ServerArgs field (`fp8_gemm_runner_backend`),
-argparse's dest, or the flag spelled in snake case (`fp8_gemm_backend` for `--fp8-gemm-backend`). Only the
-canonical long flag is ever written (`--pp-size`, never `--pp`, which is an ambiguous prefix in 0.5.9).
+Plain Python 3.9+ stdlib. The tables are generated from each supported version's SGLang wheel by
+tools/sglang_flags.py (sglang_flags_<version>.py; `tools/sglang_flags.py --all` regenerates them). A key of
+`server_args` may be the ServerArgs field (`fp8_gemm_runner_backend`), argparse's dest, or a flag or alias
+spelled in snake case (`fp8_gemm_backend` for `--fp8-gemm-backend`). Only the canonical long flag is ever
+written (`--pp-size`, never `--pp`, which is an ambiguous prefix in 0.5.9).
 """
 import json
+import re
 
-from . import sglang_flags_0_5_9
+from . import sglang_flags_0_5_9, sglang_flags_0_5_23
 
-FLAG_TABLES = {sglang_flags_0_5_9.VERSION: sglang_flags_0_5_9.FLAGS}
+_MODULES = (sglang_flags_0_5_9, sglang_flags_0_5_23)
+
+
+def _expand(module):
+    """{flag: entry with every key}: the generated tables leave out keys that hold their default."""
+    out = {}
+    for flag, entry in module.FLAGS.items():
+        full = dict(module.ENTRY_DEFAULTS, field=entry["dest"])
+        full.update(entry)
+        full.setdefault("option_strings", [flag] + list(full["aliases"]))
+        out[flag] = full
+    return out
+
+
+FLAG_TABLES = {m.VERSION: _expand(m) for m in _MODULES}
+
+# Flags a version removed, with the flag that took their place: version -> {old ServerArgs field: new one}.
+# The 0.5.23 wheel keeps no map of these (its retired flags with a Deprecated* action or a "Deprecated" help
+# are in the table, as deprecated); each pair below was read from the two wheels' sources:
+RENAMED = {
+    "0.5.23": {
+        # sglang/srt/arg_groups/fields/exec_.py dsa_prefill_backend / dsa_decode_backend: the same help as
+        # 0.5.9's --nsa-*-backend (server_args.py) with "DSA (DeepSeek Sparse Attention)" for "NSA", and
+        # arg_groups/choices.py ATTENTION_BACKEND_CHOICES: "nsa",  # Deprecated alias for "dsa"
+        "nsa_prefill_backend": "dsa_prefill_backend",
+        "nsa_decode_backend": "dsa_decode_backend",
+        # fields/exec_.py: CUDA graphs are per phase; 0.5.9's one graph was the decode graph
+        "cuda_graph_max_bs": "cuda_graph_max_bs_decode",
+        "cuda_graph_bs": "cuda_graph_bs_decode",
+        # fields/parallel.py enable_prefill_cp / cp_strategy (values zigzag, interleave; 0.5.9's
+        # nsa_prefill_cp_mode took round-robin-split, in-seq-split)
+        "enable_nsa_prefill_context_parallel": "enable_prefill_cp",
+        "nsa_prefill_cp_mode": "cp_strategy",
+        # fields/exec_.py mamba_radix_cache_strategy: 0.5.9's help, word for word
+        "mamba_scheduler_strategy": "mamba_radix_cache_strategy",
+        # fields/exec_.py expert_balancedness_report_mode (off, server_log, prometheus, both)
+        "enable_expert_distribution_metrics": "expert_balancedness_report_mode",
+    },
+}
+
+
+def base_version(version):
+    """The release a version string names: a local label is dropped (0.5.9+sim -> 0.5.9)."""
+    return str(version).strip().split("+", 1)[0]
+
+
+def _version_key(version):
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"[.]", version))
+
+
+def supported_versions():
+    """Versions with a flag table, oldest first."""
+    return sorted(FLAG_TABLES, key=_version_key)
+
+
+class UnknownVersion(KeyError):
+    """A version without a flag table (a KeyError, as before there was more than one table)."""
+
+    def __str__(self):
+        return "SGLang %s has no flag table (supported: %s)" % (self.args[0], ", ".join(supported_versions()))
+
 
 # Flags the planner writes itself; each must exist in every supported table (tested).
 PLANNER_FLAGS = ("--model-path", "--served-model-name", "--host", "--port", "--tp-size", "--pp-size",
@@ -29,23 +91,31 @@ MANAGED = {
     "gpu_id_step": "the gpus input (topolaunch_gpus): the planner orders CUDA_VISIBLE_DEVICES itself",
     "enable_dp_attention": "nothing: DP attention maps DP ranks onto the TP group, which this planner does not "
                            "model (use layout dp for independent replicas)",
+    "attn_dp_size": "nothing: DP attention maps DP ranks onto the TP group, which this planner does not "
+                    "model (use layout dp for independent replicas)",
 }
-SECRETS = ("api_key", "admin_api_key")
+SECRETS = ("api_key", "admin_api_key", "ssl_keyfile_password")
 
 
 class FlagIndex:
-    """Lookups into one version's flag table."""
+    """Lookups into one version's flag table; a local version label is ignored (0.5.9+sim is 0.5.9)."""
 
     def __init__(self, version):
-        if version not in FLAG_TABLES:
-            raise KeyError(version)
-        self.version = version
-        self.flags = FLAG_TABLES[version]
+        base = base_version(version)
+        if base not in FLAG_TABLES:
+            raise UnknownVersion(base)
+        self.version = base
+        self.flags = FLAG_TABLES[base]
         self.by_name = {}
+        # field, dest and the flag in snake case first; aliases (--tensor-parallel-size) never shadow them
         for flag, entry in self.flags.items():
-            for name in (entry.get("field"), entry["dest"], flag[2:].replace("-", "_")):
+            for name in (entry["field"], entry["dest"], flag[2:].replace("-", "_")):
                 if name:
                     self.by_name.setdefault(name, flag)
+        for flag, entry in self.flags.items():
+            for alias in entry["aliases"]:
+                if alias.startswith("--"):
+                    self.by_name.setdefault(alias[2:].replace("-", "_"), flag)
 
     def has(self, flag):
         return flag in self.flags
@@ -53,23 +123,74 @@ class FlagIndex:
     def choices(self, flag):
         return self.flags[flag]["choices"]
 
+    def name_of(self, flag):
+        """The ServerArgs field a flag sets (else its dest): the key `values` uses."""
+        return self.flags[flag]["field"] or self.flags[flag]["dest"]
 
-def supported_versions():
-    return sorted(FLAG_TABLES)
+    def absent(self, key):
+        """Why `key` is no flag of this version, when another supported version knows it; else None."""
+        renamed = RENAMED.get(self.version, {}).get(key)
+        if renamed:
+            return "removed in %s, use %s" % (self.version, renamed)
+        mine = _version_key(self.version)
+        for other in supported_versions():
+            index = FlagIndex(other)
+            flag = index.by_name.get(key)
+            if flag is None or other == self.version:
+                continue
+            if _version_key(other) < mine:
+                entry = index.flags[flag]
+                use = _key_of(entry["replacement"]) if entry["deprecated"] and entry["replacement"] else None
+                return "removed in %s%s" % (self.version, (", use %s" % use) if use else "")
+            earlier = [o for o, n in RENAMED.get(other, {}).items() if n == key and o in self.by_name]
+            return "added in %s%s" % (other, ("; %s has %s" % (self.version, earlier[0])) if earlier else "")
+        return None
 
 
-def _convert(value, type_name, where):
+def _key_of(replacement):
+    """A replacement flag as a server_args key (--swa-full-tokens-ratio -> swa_full_tokens_ratio); a replacement
+    with a value or placeholder (--image-processor-backend=pil) stays as SGLang wrote it."""
+    if re.match(r"^--[a-z0-9-]+$", replacement):
+        return replacement[2:].replace("-", "_")
+    return replacement
+
+
+_HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)")
+_SI = {"k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12}
+_IEC = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40}
+
+
+def _human_int(text):
+    """SGLang 0.5.23's human_readable_int (sglang/srt/utils/common.py): 32768, 32k, 25.6k, 1Mi; None if invalid."""
+    text = text.strip()
+    found = _HUMAN_INT.fullmatch(text)
+    if found:
+        number, suffix = found.groups()
+        if suffix in _IEC:
+            return None if "." in number else int(number) * _IEC[suffix]
+        whole, _, frac = number.partition(".")
+        return (int(whole + frac) * _SI[suffix]) // (10 ** len(frac))  # int(Decimal(number) * multiplier)
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _convert(value, type_name, where):  # noqa: C901 - one branch per SGLang type
     """Value for one argparse item, as SGLang's `type` would accept it; (text, value) or raises ValueError."""
-    if type_name == "int":
+    if type_name in ("int", "human_int"):
         if isinstance(value, bool):
             raise ValueError("%s must be an integer, got %r" % (where, value))
         if isinstance(value, int):
             return str(value), value
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            return value.strip(), int(value)
         if isinstance(value, float) and value.is_integer():
             return str(int(value)), int(value)
-        raise ValueError("%s must be an integer, got %r" % (where, value))
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return value.strip(), int(value)
+        if type_name == "human_int" and isinstance(value, str) and _human_int(value) is not None:
+            return value.strip(), _human_int(value)
+        raise ValueError("%s must be an integer%s, got %r" % (
+            where, " (or 32k, 1Mi: SI and IEC suffixes)" if type_name == "human_int" else "", value))
     if type_name == "float":
         if isinstance(value, bool):
             raise ValueError("%s must be a number, got %r" % (where, value))
@@ -79,7 +200,7 @@ def _convert(value, type_name, where):
             return value.strip(), float(value)
         except (AttributeError, ValueError):
             raise ValueError("%s must be a number, got %r" % (where, value)) from None
-    if type_name in ("json", "json_list"):
+    if type_name in ("json", "json_list", "cuda_graph_config"):
         if isinstance(value, str):
             try:
                 parsed = json.loads(value)
@@ -89,6 +210,8 @@ def _convert(value, type_name, where):
             parsed = value
         if type_name == "json_list" and not isinstance(parsed, list):
             raise ValueError("%s must be a JSON list, got %r" % (where, value))
+        if type_name == "cuda_graph_config" and not isinstance(parsed, dict):
+            raise ValueError("%s must be a JSON object ({phase: settings}), got %r" % (where, value))
         return json.dumps(parsed, separators=(",", ":"), sort_keys=True), parsed
     if isinstance(value, (dict, list)) or value is True or value is False:
         raise ValueError("%s must be a string, got %r" % (where, value))
@@ -98,15 +221,17 @@ def _convert(value, type_name, where):
 def check_server_args(server_args, index):
     """Validate server_args against the version's flags.
 
-    Returns (items, values, reasons): items = [(flag, [argv words])] in canonical-flag order, values = {field
-    or dest: converted value} for the planner's own rules, reasons = every problem found (not just the first).
+    Returns (items, values, reasons, warnings): items = [(flag, [argv words])] in canonical-flag order, values =
+    {field or dest: converted value} for the planner's own rules, reasons = every problem found (not just the
+    first), warnings = flags written that the version marks deprecated (they still work; the warning names the
+    replacement; a deprecated switch set to false writes nothing and is not warned about).
     """
-    items, values, reasons, seen = [], {}, [], {}
+    items, values, reasons, warnings, seen = [], {}, [], [], {}
     if server_args is None:
-        return items, values, reasons
+        return items, values, reasons, warnings
     if not isinstance(server_args, dict):
         return items, values, ["server_args must be a mapping of ServerArgs fields, got %s"
-                               % type(server_args).__name__]
+                               % type(server_args).__name__], warnings
     for key in sorted(server_args, key=str):
         value = server_args[key]
         where = "server_args.%s" % key
@@ -114,7 +239,7 @@ def check_server_args(server_args, index):
             reasons.append("server_args key %r is not a string" % (key,))
             continue
         flag = index.by_name.get(key)
-        name = key if flag is None else (index.flags[flag].get("field") or index.flags[flag]["dest"])
+        name = key if flag is None else index.name_of(flag)
         if name in SECRETS or key in SECRETS:
             reasons.append("%s is a secret and does not belong in the plan, which is printed and saved%s" % (
                 where, ": set topolaunch_api_key, which the launch stage passes through the unit's 0600 env file"
@@ -124,9 +249,14 @@ def check_server_args(server_args, index):
             reasons.append("%s is set by the planner: use %s" % (where, MANAGED.get(name) or MANAGED[key]))
             continue
         if flag is None:
+            why = index.absent(key)
+            if why and why.startswith("removed"):
+                reasons.append("%s: %s" % (where, why))
+                continue
             hint = [n for n in sorted(index.by_name) if key in n or n in key][:5]
-            reasons.append("%s: SGLang %s has no flag for %r%s" % (
-                where, index.version, key, (" (similar: %s)" % ", ".join(hint)) if hint else ""))
+            reasons.append("%s: SGLang %s has no flag for %r%s%s" % (
+                where, index.version, key, (" (%s)" % why) if why else "",
+                (" (similar: %s)" % ", ".join(hint)) if hint else ""))
             continue
         if flag in seen:
             reasons.append("%s and server_args.%s both set %s" % (where, seen[flag], flag))
@@ -137,31 +267,61 @@ def check_server_args(server_args, index):
             continue
         words, problems = _words(flag, entry, value, where, index.version)
         reasons.extend(problems)
-        if not problems:
-            values[name] = _plain_value(entry, value)
-            if words:
-                items.append((flag, words))
+        if problems:
+            continue
+        values[name] = _plain_value(entry, value)
+        if words:
+            items.append((flag, words))
+        if words and entry["deprecated"] and entry["action"] != "DeprecatedAction":
+            warnings.append("%s: %s is deprecated in SGLang %s%s" % (
+                where, flag, index.version, ("; use %s" % entry["replacement"]) if entry["replacement"] else ""))
     items.sort(key=lambda item: item[0])
-    return items, values, reasons
+    return items, values, reasons, warnings
+
+
+_NUMBER = re.compile(r"^-\d+(\.\d+)?([eE][-+]?\d+)?$")
+
+
+def text_problem(text, where):
+    """Why a string may not reach the unit file, the env file or the server's argv, or None: a control character
+    (systemd ends a line at CR as at LF, an env file at either) or a leading '-' that is not a number (a value
+    that argparse would read as another flag)."""
+    text = str(text)
+    bad = [c for c in text if ord(c) < 0x20 or ord(c) == 0x7f or c in "\u0085\u2028\u2029"]
+    if bad:
+        return "%s: %r contains a control character (%r); refused" % (where, text, bad[0])
+    if text.startswith("-") and not _NUMBER.match(text):
+        return "%s: %r looks like a flag (starts with '-'); refused so that it cannot set another server argument" % (
+            where, text)
+    return None
 
 
 def _plain_value(entry, value):
-    if entry["type"] == "int" and not isinstance(value, (list, bool)):
+    if isinstance(value, (list, bool)):
+        return value
+    if entry["type"] == "int":
         return int(value)
-    if entry["type"] == "float" and not isinstance(value, (list, bool)):
+    if entry["type"] == "human_int":
+        return _convert(value, "human_int", "")[1]
+    if entry["type"] == "float":
         return float(value)
     return value
 
 
-def _words(flag, entry, value, where, version):
+SWITCHES = ("store_true", "store_false", "BooleanOptionalAction", "DeprecatedStoreTrueAction")
+
+
+def _words(flag, entry, value, where, version):  # noqa: C901 - one branch per argparse action
     """argv words for one flag and value, or problems."""
     action = entry["action"]
     if action == "DeprecatedAction":
         return [], ["%s: %s is deprecated in SGLang %s and does nothing; remove it" % (where, flag, version)]
-    if action in ("store_true", "store_false"):
+    if action in SWITCHES or (action == "DeprecatedStoreConstAction" and entry["nargs"] == 0):
         if not isinstance(value, bool):
             return [], ["%s: %s is a switch (%s); give true or false, got %r" % (where, flag, action, value)]
-        wanted = value if action == "store_true" else not value
+        if action == "BooleanOptionalAction":  # argparse adds --no-<flag>
+            return [flag if value else "--no-" + flag[2:]], []
+        wanted = value if action != "store_false" else not value
         return ([flag] if wanted else []), []
     nargs = entry["nargs"]
     if nargs in ("+", "*") or action == "LoRAPathAction":
@@ -175,11 +335,15 @@ def _words(flag, entry, value, where, version):
             return [], ["%s: %s takes one value, got a list %r" % (where, flag, value)]
         items = [value]
     words, problems = [flag], []
-    for item in items:
+    for k, item in enumerate(items):
         try:
             text, converted = _convert(item, entry["type"], where)
         except ValueError as exc:
             problems.append(str(exc))
+            continue
+        problem = text_problem(text, where if len(items) == 1 else "%s[%d]" % (where, k))
+        if problem:
+            problems.append(problem)
             continue
         choices = entry["choices"]
         if choices is not None and converted not in choices:

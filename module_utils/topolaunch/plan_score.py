@@ -1,151 +1,362 @@
-"""The planner's heuristic score: estimated decode throughput of a layout, with its terms shown.
+"""The planner's performance model: output tokens/s of a layout at a workload, with the parts that make it up.
 
-Plain Python 3.9+ stdlib. Used only to rank valid layouts when no measured results exist for the model and
-topology; measured results always win (see planner.py).
+Plain Python 3.9+ stdlib. Every constant comes from plan_perf.py (datasheets, measurements, fitted
+efficiencies). Measured results on the machine always rank ahead of this estimate (planner.py).
 
-Model of one decode step, per replica (tp*pp GPUs), at B concurrent requests (server_args
-max_running_requests, else 256), B/dp per replica:
+The workload is what a benchmark client does: `concurrency` requests in flight, each `input_len` prompt tokens
+and `output_len` generated tokens. The model follows one replica (tp*pp GPUs; dp replicas are independent SGLang
+servers behind one router, each gets concurrency/dp requests) through SGLang's steady state:
 
-  per layer and GPU:  max(compute, weights) + allreduce
-    compute   = b * 2 * active params per layer / tp / (GPU bf16 dense peak * 0.5)
-    weights   = bytes of the layer's weights on this GPU that b tokens touch / HBM bandwidth
-                (MoE: an expert is read when at least one of the b tokens routes to it:
-                 1 - (1 - top_k/experts)^b of the expert bytes)
-    allreduce = 2 per layer (attention out, MLP out), ring: latency(tp) + 2*(tp-1)/tp * b*hidden*2 bytes
-                / slowest link of the TP group (plan_topology: NV# 25/link, PIX/PXB 54, PHB/NODE 50,
-                SYS 40, no P2P 12 GB/s; latency ~3.4 us per GPU on PCIe)
-  PP: SGLang 0.5.9 keeps pp micro-batches in flight (scheduler_pp_mixin: pp_loop_size = pp_size +
-      pp_async_batch_depth, default 0), so b = B/pp tokens per micro-batch and every micro-batch streams the
-      stage's weights again. The slowest stage sets the pace; the pipeline bubble is counted as
-      m / (m + pp - 1) efficiency with m = pp micro-batches; each boundary sends hidden states and residual
-      (2 * b * hidden * 2 bytes, 1/tp per TP rank) over the boundary link; pp > 1 turns SGLang's overlap
-      schedule off (server_args._handle_pipeline_parallelism), so CPU scheduling (~1 ms + 2 us per request,
-      an assumption) is paid per micro-batch step.
-  EP > 1 (no all-to-all backend): expert load imbalance adds 10% to MoE compute (an assumption; no EPLB).
-  DP: replicas are independent: throughput = dp * replica throughput.
+Batch. The running batch b is the concurrency, capped by what the KV cache holds: a request occupies on average
+input_len + output_len/2 tokens while it decodes, and the replica's KV room (planner.memory_estimate: weights
+per GPU, SGLang's mem_fraction_static, per-stage layers, MLA caches replicated per TP rank, GQA heads split)
+holds kv_tokens; b = min(concurrency/dp, kv_tokens / (input + output/2), max_running_requests).
 
-Limits: no prefill (long prompts favour more TP), no attention-score FLOPs or KV reads (long contexts), no
-KV-capacity limit on concurrency (PP halves the MLA cache per GPU, which this score ignores), fixed
-efficiency 0.5 whatever the kernels and quantization, link speeds by level rather than measured, the
-allreduce of a TP group that spans nodes at an assumed 12.5 GB/s. It ranks; it does not predict. The field
-case it is calibrated on: GLM-5-NVFP4 on 8 RTX PRO 6000 measured TP8 ahead of TP4+PP2 (compute- and
-weight-bound MoE: PP's extra weight streaming and bubbles cost more than the allreduce it saves); the score
-agrees. A sweep (playbooks/sweep.yml) measures the layouts, and measured results then decide.
+Decode. One forward pass of a stage over a micro-batch of m tokens costs, per layer, on one GPU:
+  - GEMMs (attention projections, dense MLP or shared experts, routed experts), each as a roofline
+    max(FLOPs / (tensor peak x gemm efficiency x tile occupancy), weight bytes read / (memory bandwidth x memory
+    efficiency)). The tensor peak is the checkpoint's precision where the GPU has it (FP8 / FP4), else bf16.
+    Routed experts: only the experts some token of the micro-batch routes to are read
+    (1 - (1 - top_k/experts)^m of them); tile occupancy = output tiles / SMs (capped at 1), which is where thin
+    shards (large tp) and few tokens per expert lose compute efficiency.
+  - attention: KV bytes read (m tokens x the average context of input + output/2, per-GPU cache cell: MLA
+    latent replicated on every TP rank, GQA heads split by tp; DSA reads only index_topk latent entries plus
+    every index key) and its FLOPs, as the same roofline at bf16.
+  - two allreduces of m x hidden activations over the TP group (NCCL ring: latency + bytes x 2(n-1)/n / bus
+    bandwidth; bus bandwidth = the group's slowest link x a measured efficiency that depends on the link kind and
+    group size; SGLang's custom allreduce only on NVLink or 2 PCIe GPUs), and a fixed GPU time per layer (kernel
+    launches and tails; larger without CUDA graphs, i.e. when m > cuda_graph_max_bs).
+  The last stage adds the LM head and the all-gather of the logits over the TP group; every stage but the
+  last sends hidden states and residual to the next stage over the boundary link.
+  The scheduler's CPU time per step (a fixed part + a part per running request) overlaps the GPU with SGLang's
+  overlap scheduler (pp = 1), and adds to it with pp > 1 (SGLang turns the overlap scheduler off).
+PP. SGLang keeps pp micro-batches in flight (b/pp requests each). In steady state every stage works on one of
+them, so advancing all b requests by one token takes pp x the slowest stage's time on b/pp tokens: no bubble
+while b >= pp. A bubble exists only when the batch is too small to split (b < pp): micro-batches of one
+request, pp - b stages idle. PP's costs are therefore per-micro-batch ones: weights read again for each
+micro-batch, fixed per-layer times paid pp times; its gains: TP groups inside a socket or NVLink island,
+smaller allreduces, MLA KV room doubled per stage halving.
+
+Prefill. Prompts are processed in chunks of chunked_prefill_size tokens, compute-bound (the same roofline with
+m = the chunk, attention over half the prompt on average), allreduces of the whole chunk's activations; PP
+pipelines chunks across stages. Each request's prompt costs the replica input_len / prefill rate seconds, during
+which it does not decode (SGLang runs prefill and decode batches one after the other).
+
+Throughput per replica = b / (decode step + b x prefill time per request / output_len); x the replicas that have
+requests (all dp of them unless the concurrency is smaller than dp).
 """
-from .plan_topology import allreduce_latency_us
+import math
 
-EFFICIENCY = 0.5
-DEFAULT_BATCH = 256
-EP_IMBALANCE = 0.10
-SCHED_MS_PER_STEP = 1.0
-SCHED_MS_PER_REQUEST = 0.002
-PP_SEND_LATENCY_US = 10.0
+from . import plan_perf
 
-# name substring -> (bf16 dense TFLOPS, HBM GB/s); first match wins, so specific names come first.
-GPU_PERF = (
-    ("GB200", (2500.0, 8000.0)),
-    ("B300", (2250.0, 8000.0)),
-    ("B200", (2250.0, 8000.0)),
-    ("H200", (989.0, 4800.0)),
-    ("H100 PCIe", (756.0, 2000.0)),
-    ("H100 NVL", (835.0, 3900.0)),
-    ("H100", (989.0, 3350.0)),
-    ("H800", (989.0, 3350.0)),
-    ("H20", (148.0, 4000.0)),
-    ("A100", (312.0, 2039.0)),
-    ("A800", (312.0, 2039.0)),
-    ("RTX PRO 6000", (500.0, 1792.0)),
-    ("RTX 6000 Ada", (364.0, 960.0)),
-    ("L40S", (362.0, 864.0)),
-    ("L40", (181.0, 864.0)),
-    ("RTX 5090", (210.0, 1792.0)),
-    ("RTX 4090", (165.0, 1008.0)),
-    ("A6000", (155.0, 768.0)),
-    ("A10", (125.0, 600.0)),
-    ("L4", (121.0, 300.0)),
-)
-DEFAULT_PERF = (300.0, 1500.0)
+QUANT_PRECISION = {
+    "fp8": "fp8", "modelopt_fp8": "fp8", "w8a8_fp8": "fp8", "compressed-tensors": "fp8", "fbgemm_fp8": "fp8",
+    "modelopt_fp4": "fp4", "mxfp4": "fp4", "nvfp4": "fp4", "w4afp8": "fp8",
+}
+WORKLOAD_DEFAULT = {"input_len": 1024, "output_len": 1024, "concurrency": 128}
 
 
-def gpu_perf(name):
-    """(peak bf16 dense FLOP/s, HBM bytes/s, matched table name or None)."""
-    for key, (tflops, gbps) in GPU_PERF:
-        if key.lower() in str(name).lower():
-            return tflops * 1e12, gbps * 1e9, key
-    return DEFAULT_PERF[0] * 1e12, DEFAULT_PERF[1] * 1e9, None
+def check_workload(workload):
+    """The workload with defaults filled in, and the reasons it is bad (each naming the field)."""
+    reasons = []
+    if workload is None:
+        workload = {}
+    if not isinstance(workload, dict):
+        return dict(WORKLOAD_DEFAULT), ["workload must be a mapping {input_len, output_len, concurrency}, got %r"
+                                        % (workload,)]
+    unknown = sorted(set(map(str, workload)) - set(WORKLOAD_DEFAULT))
+    if unknown:
+        reasons.append("workload has unknown keys %s (allowed: input_len, output_len, concurrency)"
+                       % ", ".join(unknown))
+    out = {}
+    for key, default in WORKLOAD_DEFAULT.items():
+        value = workload.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if isinstance(value, str) and value.strip().isdigit() and int(value) >= 1:
+                value = int(value)
+            else:
+                reasons.append("workload.%s must be a positive integer, got %r" % (key, value))
+                value = default
+        out[key] = value
+    return out, reasons
 
 
-def expert_fraction(model):
-    """Share of the weight bytes that are routed experts (read only when a token routes there)."""
-    p = model["params"]
-    if not model["moe"] or not p["expert"]:
-        return 0.0
-    expert_params = p["moe_layers"] * model["num_experts"] * p["expert"]
-    other = p["attention_per_layer"] * model["num_layers"] + p["dense_mlp_per_layer"] * model["dense_layers"] \
-        + p["embedding"] + p["moe_layers"] * model["shared_experts"] * p["expert"]
-    return min(0.98, expert_params / float(expert_params + other))
+def gemm_peak(model, gpu):
+    return gemm_precision(model, gpu)[0]
 
 
-def touched(model, tokens):
-    """Fraction of routed experts at least one of `tokens` tokens uses."""
-    if not model["moe"] or not model["num_experts"]:
-        return 1.0
-    k = min(model["experts_per_token"] or 1, model["num_experts"])
-    return 1.0 - (1.0 - float(k) / model["num_experts"]) ** max(1, tokens)
+def gemm_precision(model, gpu):
+    """(tensor peak FLOP/s the checkpoint's GEMMs run at, its name)."""
+    want = QUANT_PRECISION.get(model.get("quantization") or "", "bf16")
+    if want in ("fp4", "fp8") and gpu[want]:
+        return gpu[want], want
+    return gpu["bf16"], "bf16"   # weight-only: dequantised into bf16 GEMMs
 
 
-def estimate(model, layout, stages, replica, perf, batch, overlap=True):
-    """Estimated output tokens/s of a layout and the terms behind it.
+class Shape:
+    """What the model needs of a model, computed once per plan."""
 
-    stages: per PP stage {layers, weight_bytes_per_gpu (layers only, no embeddings)}.
-    replica: {"tp_bandwidth_gbps", "tp_nvlink", "tp_p2p_ok", "tp_inter_node", "boundaries": [gbps, ...]}.
-    perf: (flops, hbm bytes/s). batch: concurrent requests over all replicas.
-    """
-    tp, pp, dp, ep = layout["tp"], layout["pp"], layout["dp"], layout["ep"]
-    flops, hbm = perf[0], perf[1]
-    h = model["hidden_size"]
-    per_replica = max(1, batch // dp)
-    micro = pp  # SGLang's pp_loop_size with the default pp_async_batch_depth 0
-    b = max(1, -(-per_replica // micro))
-    active_layer = model["params"]["active_per_token"] / float(model["num_layers"])
-    compute_tok = 2.0 * active_layer / tp / (flops * EFFICIENCY)
-    if ep > 1 and model["moe"]:
-        compute_tok *= 1.0 + EP_IMBALANCE * expert_fraction(model)
-    frac = expert_fraction(model)
-    weight_share = (1.0 - frac) + frac * touched(model, b)
-    if tp > 1:
-        bw = replica["tp_bandwidth_gbps"] * 1e9
-        lat = allreduce_latency_us(tp, replica["tp_nvlink"], replica["tp_p2p_ok"], replica["tp_inter_node"]) * 1e-6
-        allreduce = 2.0 * (lat + 2.0 * (tp - 1) / tp * b * h * 2 / bw)
+    def __init__(self, model, kv_bytes):
+        p = model["params"]
+        self.hidden = model["hidden_size"]
+        self.vocab = model["vocab_size"]
+        self.layers = model["num_layers"]
+        self.experts = model["num_experts"] if model["moe"] else 0
+        self.top_k = max(1, min(model["experts_per_token"] or 1, self.experts or 1))
+        self.attention = p["attention_per_layer"]
+        self.dense_mlp = p["dense_mlp_per_layer"]
+        self.expert = p["expert"]
+        self.shared = model["shared_experts"] * p["expert"]
+        embed = model["vocab_size"] * self.hidden * 2 * (1 if model["tie_word_embeddings"] else 2)
+        layer_params = self.attention * self.layers + self.dense_mlp * model["dense_layers"] + \
+            p["moe_layers"] * (self.experts + model["shared_experts"]) * self.expert
+        per_layer_avg = layer_params / float(self.layers)
+        weights = max(1.0, model["total_size"] - embed)
+        self.bytes_per_param = weights / (layer_params + model["nextn_layers"] * per_layer_avg)
+        self.heads = model["num_heads"]
+        self.kv_heads = model["num_kv_heads"]
+        self.kv_bytes = kv_bytes
+        self.mla = model["mla"]
+        if self.mla:
+            self.latent = (model["kv_lora_rank"] or 512) + (model["qk_rope_head_dim"] or 64)
+            self.decode_dims = 2 * (model["kv_lora_rank"] or 512) + (model["qk_rope_head_dim"] or 64)
+            self.prefill_dims = (model["qk_nope_head_dim"] or 128) + (model["qk_rope_head_dim"] or 64) + \
+                (model["v_head_dim"] or 128)
+        else:
+            self.latent = 0
+            self.decode_dims = self.prefill_dims = model["head_dim"] + model["v_head_dim"]
+        self.head_dim = model["head_dim"]
+        self.v_head_dim = model["v_head_dim"]
+        self.nsa = model["nsa"]
+        self.index_topk = model.get("index_topk") or 2048
+        self.index_dim = model["index_head_dim"]
+        self.index_heads = model.get("index_n_heads") or 64
+        self.window = model.get("sliding_window")
+        self.swa_share = (model.get("swa_layers") or 0) / float(self.layers)
+        # GEMM widths per GPU before the tp split: attention heads x head size, the dense MLP's and one expert's
+        # intermediate widths (the dimension tp cuts)
+        self.attention_width = self.heads * max(self.head_dim, 64)
+        self.dense_width = self.dense_mlp / (3.0 * self.hidden) if self.dense_mlp else self.hidden
+        self.expert_width = self.expert / (3.0 * self.hidden) if self.expert else 0.0
+
+
+def shard_efficiency(width, eff):
+    """Fraction of a GEMM's roofline it reaches when each GPU holds `width` columns (or rows) of it: thin shards
+    (large tp) give short reductions and small tiles, so both tensor throughput and streamed bandwidth fall;
+    width / (width + shard_width) with the fitted half-efficiency width."""
+    return width / (width + eff["shard_width"])
+
+
+def _occupancy(tiles, sms):
+    return min(1.0, tiles / float(sms)) if sms else 1.0
+
+
+def _roofline(flops, peak, occupancy, bytes_, bandwidth):
+    compute = flops / (peak * occupancy) if flops else 0.0
+    memory = bytes_ / bandwidth if bytes_ else 0.0
+    return max(compute, memory), compute, memory
+
+
+class Links:
+    """The communication a replica does: its TP group's allreduce/all-gather and its PP boundaries."""
+
+    def __init__(self, tp, kind, link_gbps, p2p_sys=False, boundaries=()):
+        self.tp = tp
+        self.kind = kind                      # nvlink | pcie | host | net
+        self.link = (link_gbps or plan_perf.INTER_NODE_GBPS) * 1e9
+        self.p2p_sys = p2p_sys
+        self.boundaries = list(boundaries)    # [(GB/s, kind)] between stage k and k+1
+        n = tp
+        if kind == "nvlink":
+            eff = plan_perf.NVLINK_BUS_EFFICIENCY
+            self.latency = (plan_perf.NVLINK_LATENCY_US[0] + plan_perf.NVLINK_LATENCY_US[1] * n) * 1e-6
+        elif kind == "net":
+            eff = plan_perf.INTER_NODE_EFFICIENCY
+            self.latency = plan_perf.INTER_NODE_LATENCY_US * n * 1e-6
+        else:
+            eff = plan_perf.PCIE_BUS_EFFICIENCY_P2P_SYS if p2p_sys else \
+                plan_perf.PCIE_BUS_EFFICIENCY.get(n, plan_perf.PCIE_BUS_EFFICIENCY[4]) if n > 2 else \
+                plan_perf.PCIE_BUS_EFFICIENCY[2]
+            self.latency = plan_perf.PCIE_LATENCY_US_PER_GPU * n * 1e-6
+            if kind == "host":
+                self.latency += plan_perf.HOST_PATH_LATENCY_US_PER_STEP * 2 * (n - 1) * 1e-6
+        self.busbw = self.link * eff
+
+    def subgroup(self, n):
+        """The same links for a group of n of these GPUs (attention TP inside a DP-attention replica)."""
+        return Links(n, self.kind, self.link / 1e9, self.p2p_sys, self.boundaries)
+
+    def allreduce(self, size):
+        if self.tp < 2:
+            return 0.0
+        return self.latency + size * 2.0 * (self.tp - 1) / self.tp / self.busbw
+
+    def allgather(self, total):
+        if self.tp < 2:
+            return 0.0
+        return self.latency + total * (self.tp - 1.0) / self.tp / self.busbw
+
+    def send(self, k, size):
+        gbps, kind = self.boundaries[k]
+        latency = plan_perf.INTER_NODE_LATENCY_US if kind == "net" else plan_perf.PCIE_LATENCY_US_PER_GPU
+        return latency * 1e-6 + size / (gbps * 1e9)
+
+
+def stage_time(shape, layout, stage, m, ctx, links, gpu, peak, eff, graph_bs, prefill=False):
+    """Seconds one GPU of a stage spends on a forward pass over m tokens, and its parts.
+
+    With attention data parallelism (layout attn_dp = a > 1, SGLang --enable-dp-attention) the attention of the
+    replica's tokens is split over a ranks of tp/a GPUs each (its weights replicated a times, its KV per rank),
+    and the MLP/MoE runs over all tp GPUs on every token, gathered before and scattered after (one allreduce's
+    worth of traffic instead of two allreduces per layer)."""
+    tp, ep = layout["tp"], max(1, layout["ep"])
+    a = max(1, layout.get("attn_dp", 1))
+    attn_tp = max(1, tp // a)
+    m_attn = max(1.0, m / float(a))
+    hbm = gpu["memory"] * eff["memory"]
+    gemm_peak = peak * eff["gemm"]
+    attn_peak = gpu["bf16"] * eff["attention"]
+    sms = gpu["sms"]
+    bpp = shape.bytes_per_param
+    h = shape.hidden
+    parts = {"compute": 0.0, "weights": 0.0, "kv": 0.0, "comm": 0.0, "overhead": 0.0}
+
+    def add(time_, compute, memory, kind):
+        parts["compute" if compute >= memory else kind] += time_
+
+    def dense(params, count, width, split, tokens):
+        """count layers' GEMMs of `params` weights split over `split` GPUs, on `tokens` tokens."""
+        if not count or not params:
+            return
+        local = params / float(split)
+        cols = max(1.0, local / h)          # output columns per GPU of the column-parallel half
+        occ = _occupancy(math.ceil(tokens / 128.0) * math.ceil(cols / 128.0) * 2, sms)
+        se = shard_efficiency(width / split, eff)
+        t, c, w = _roofline(2.0 * tokens * local, gemm_peak * se, occ, local * bpp, hbm * se)
+        add(t * count, c, w, "weights")
+
+    layers = stage["layers"]
+    dense(shape.attention, layers, shape.attention_width, attn_tp, m_attn)
+    dense(shape.dense_mlp, stage["dense_layers"], shape.dense_width, tp, m)
+    dense(shape.shared, stage["moe_layers"], shape.expert_width, tp, m)
+    if stage["moe_layers"] and shape.experts:
+        assignments = m * shape.top_k
+        touched = 1.0 - (1.0 - float(shape.top_k) / shape.experts) ** max(1.0, m)
+        local_bytes = shape.experts * shape.expert / float(tp) * bpp * touched
+        moe_tp = max(1.0, tp / float(ep))
+        flops = 2.0 * assignments * shape.expert / float(tp)
+        per_expert_tokens = assignments / float(shape.experts)
+        cols = shape.expert_width * 2 / moe_tp
+        experts_local = shape.experts / float(ep) * touched
+        occ = _occupancy(experts_local * math.ceil(per_expert_tokens / 128.0) * math.ceil(cols / 128.0), sms)
+        se = shard_efficiency(shape.expert_width / moe_tp, eff)
+        t, c, w = _roofline(flops, gemm_peak * se, occ, local_bytes, hbm * se)
+        skew = 1.0 + eff["ep_skew"] if ep > 1 else 1.0    # the busiest EP rank's share of the routed tokens
+        add(t * skew * stage["moe_layers"], c, w, "weights")
+
+    # attention over the context (per GPU: its rank's tokens, its share of the heads)
+    heads = shape.heads / float(attn_tp)
+    context = ctx / 2.0 if prefill else ctx
+    main = min(context, shape.index_topk) if shape.nsa else context
+    if shape.window:
+        main = main * (1 - shape.swa_share) + min(main, shape.window) * shape.swa_share
+    if prefill:
+        flops = 2.0 * m_attn * heads * shape.prefill_dims * main
+        kv = 0.0
     else:
-        allreduce = 0.0
-    stage_times, terms = [], {"compute_ms": 0.0, "weights_ms": 0.0, "allreduce_ms": 0.0, "pp_send_ms": 0.0,
-                              "scheduling_ms": 0.0}
-    for k, stage in enumerate(stages):
-        layers = stage["layers"]
-        w_layer = stage["weight_bytes_per_gpu"] / max(1, layers) * weight_share / hbm
-        c_layer = b * compute_tok
-        t = layers * (max(c_layer, w_layer) + allreduce)
-        send = 0.0
-        if k < len(stages) - 1:
-            send = PP_SEND_LATENCY_US * 1e-6 + 2.0 * b * h * 2 / tp / (replica["boundaries"][k] * 1e9)
-        sched = (SCHED_MS_PER_STEP + SCHED_MS_PER_REQUEST * b) * 1e-3 if (pp > 1 or not overlap) else 0.0
-        stage_times.append(t + send + sched)
-        terms["compute_ms"] += layers * c_layer * 1e3
-        terms["weights_ms"] += layers * w_layer * 1e3
-        terms["allreduce_ms"] += layers * allreduce * 1e3
-        terms["pp_send_ms"] += send * 1e3
-        terms["scheduling_ms"] += sched * 1e3
-    bottleneck = max(stage_times)
-    efficiency = float(micro) / (micro + pp - 1)
-    cycle = micro * bottleneck / efficiency  # time for every micro-batch of the replica to advance one token
-    tokens_per_s = dp * per_replica / cycle
-    result = {k: round(v, 3) for k, v in terms.items()}
+        flops = 2.0 * m_attn * heads * shape.decode_dims * main
+        if shape.mla:
+            cell = shape.latent * shape.kv_bytes
+        else:
+            cell = max(1.0, shape.kv_heads / float(attn_tp)) * (shape.head_dim + shape.v_head_dim) * shape.kv_bytes
+        kv = m_attn * main * cell
+    if shape.nsa:
+        flops += 2.0 * m_attn * context * shape.index_heads * shape.index_dim
+        kv += 0.0 if prefill else m_attn * context * (shape.index_dim + shape.index_dim // 128 * 4)
+    t, c, w = _roofline(flops, attn_peak, 1.0, kv, hbm)
+    add(t * layers, c, w, "kv")
+
+    # communication and fixed costs
+    size = m * h * plan_perf.ACTIVATION_BYTES
+    if a > 1:
+        parts["comm"] += layers * links.allreduce(size)           # gather before the MLP, scatter after
+        if attn_tp > 1:
+            parts["comm"] += layers * links.subgroup(attn_tp).allreduce(size / a)
+    else:
+        parts["comm"] += 2 * layers * links.allreduce(size)
+    per_layer = eff["layer_us"] * 1e-6 * (eff["eager_factor"] if (prefill or m > graph_bs) else 1.0)
+    parts["overhead"] += per_layer * layers
+    if stage["last"]:
+        head = shape.vocab * h / float(tp)
+        tokens = 1 if prefill else m
+        occ = _occupancy(math.ceil(tokens / 128.0) * math.ceil(shape.vocab / float(tp) / 128.0), sms)
+        t, c, w = _roofline(2.0 * tokens * head, gpu["bf16"] * eff["gemm"], occ, head * 2, hbm)
+        add(t, c, w, "weights")
+        parts["comm"] += links.allgather(tokens * shape.vocab * plan_perf.ACTIVATION_BYTES)
+    else:
+        parts["comm"] += links.send(stage["index"], 2.0 * m * h * plan_perf.ACTIVATION_BYTES / tp)
+    return sum(parts.values()), parts
+
+
+def estimate(model, layout, stages, links, gpu, workload, kv_tokens, settings, shape=None, eff=None):
+    """Estimated output tokens/s of a layout at a workload, and the parts behind it.
+
+    stages: per PP stage {index, layers, dense_layers, moe_layers, last}. links: Links of a replica.
+    gpu: plan_perf.gpu_perf(). workload: check_workload()'s. kv_tokens: KV tokens a replica holds.
+    settings: {cuda_graph_max_bs, chunked_prefill_size, max_running_requests, overlap, kv_bytes}.
+    """
+    eff = eff or plan_perf.EFFICIENCY
+    shape = shape or Shape(model, settings["kv_bytes"])
+    tp, pp, dp = layout["tp"], layout["pp"], layout["dp"]
+    inp, out, conc = workload["input_len"], workload["output_len"], workload["concurrency"]
+    peak, precision = gemm_precision(model, gpu)
+    active = min(dp, conc)                      # replicas with at least one request
+    per_replica = max(1, int(math.ceil(conc / float(active))))
+    footprint = inp + out / 2.0
+    capacity = int(kv_tokens // footprint) if kv_tokens > 0 else 0
+    running = settings.get("max_running_requests") or 4096
+    batch = max(0, min(per_replica, capacity, max(1, running // dp)))
+    result = {"precision": precision, "batch": min(conc, batch * active), "kv_capacity_requests": capacity * dp,
+              "micro_batch": 0, "pp_bubble": 0.0, "tokens_per_s": 0.0}
+    if batch < 1:
+        result["limit"] = "kv"   # not even one request of this length fits the KV cache
+        return result
+    graph_bs = settings.get("cuda_graph_max_bs") or 0
+    cpu_step = eff["step_ms"] * 1e-3
+    cpu_req = eff["request_us"] * 1e-6
+    overlap = settings.get("overlap", True) and pp == 1
+
+    # decode: pp micro-batches of b/pp requests (1 each with a bubble when b < pp)
+    micro = max(1.0, batch / float(pp))
+    ctx = inp + out / 2.0
+    slowest, parts = 0.0, None
+    for stage in stages:
+        gpu_time, stage_parts = stage_time(shape, layout, stage, micro, ctx, links, gpu, peak, eff, graph_bs)
+        cpu = cpu_step + cpu_req * micro
+        stage_parts["cpu"] = max(0.0, cpu - gpu_time) if overlap else cpu
+        total = gpu_time + stage_parts["cpu"]
+        if total > slowest:
+            slowest, parts = total, stage_parts
+    cycle = pp * slowest                              # every request advances one token
+    bubble = 1.0 - min(batch, pp) / float(pp)
+
+    # prefill: chunks through the stages (pipelined with pp > 1)
+    chunk = float(min(settings.get("chunked_prefill_size") or 8192, inp * per_replica))
+    pre_slowest = 0.0
+    for stage in stages:
+        t, _ = stage_time(shape, layout, stage, chunk, inp, links, gpu, peak, eff, graph_bs, prefill=True)
+        pre_slowest = max(pre_slowest, t + cpu_step)
+    prefill_per_request = inp * pre_slowest / chunk
+    tokens_per_s = active * batch / (cycle + batch * prefill_per_request / out)
     result.update({
-        "tokens_per_s": round(tokens_per_s, 1),
-        "batch": per_replica * dp,
-        "micro_batch": b,
+        "tokens_per_s": round(tokens_per_s, 1) if tokens_per_s >= 10 else round(tokens_per_s, 4),
+        "micro_batch": round(micro, 1),
+        "pp_bubble": round(bubble, 3),
         "step_ms": round(cycle * 1e3, 3),
-        "pp_efficiency": round(efficiency, 3),
+        "prefill_ms_per_request": round(prefill_per_request * 1e3, 3),
+        "limit": "kv" if capacity < min(per_replica, running // dp) else "concurrency",
     })
+    # the parts of one decode step (per GPU of the slowest stage, x pp micro-batches)
+    for key in ("compute", "weights", "kv", "comm", "overhead", "cpu"):
+        result["%s_ms" % key] = round(parts[key] * pp * 1e3, 3)
     return result

@@ -1,17 +1,18 @@
-"""GPU placement for the planner: link speeds by level, islands, TP groups, PP stage order, NCCL settings.
+"""GPU placement for the planner: link speeds, islands, TP groups, PP stage order, NCCL settings.
 
 Plain Python 3.9+ stdlib. Input: one node's `gpu_topology` facts (docs/DESIGN.md).
 
-Link speed of a GPU pair (GB/s, one direction), from the nvidia-smi word in `links` and the P2P read status:
+Link speed of a GPU pair (GB/s, one direction), from the nvidia-smi word in `links`, the P2P read status and
+each GPU's PCIe link (constants and their sources in plan_perf.py):
 
-| pair | GB/s | why |
-| --- | --- | --- |
-| NV# | 25 x links | NVLink 3/4: ~25 GB/s per link per direction |
-| PIX, PXB | 54 | PCIe Gen5 x16 P2P through switches (measured 53-56 on RTX PRO 6000) |
-| PHB, NODE | 50 | through one socket's host bridges |
-| SYS | 40 | across the socket interconnect (measured 39-51) |
-| P2P not OK | 12 | staged through host memory |
-| other node | 12.5 | one 100 Gb/s NIC per GPU, an assumption (multi-node) |
+| pair | GB/s |
+| --- | --- |
+| NV# | # links x the NVLink generation's rate per link (25 GB/s on A100/Hopper, 50 on Blackwell) |
+| PIX, PXB, PHB, NODE with P2P | the slower GPU's PCIe link (generation x lanes) x the measured P2P fraction |
+| SYS with P2P | the same x the measured cross-socket factor |
+| P2P not OK | the PCIe link x the measured host-staged fraction (copies go through host memory) |
+
+A measured preflight record (issue: preflight) replaces these table values pair by pair.
 
 Islands: GPUs are clustered by complete linkage on these speeds (the slowest pair inside a cluster decides),
 so a NUMA node, a P2P clique and an NVLink island each end up as one cluster, nested as the links are. The
@@ -25,20 +26,7 @@ order (sglang/srt/entrypoints/engine.py _launch_scheduler_processes, managers/da
 launch_dp_schedulers: base_gpu_id += tp_size * pp_size per DP rank), so the planner lists the GPUs as
 replica 0 stage 0 group, replica 0 stage 1 group, ..., replica 1 stage 0 group, ...
 """
-
-LEVEL_GBPS = {"PIX": 54.0, "PXB": 54.0, "PHB": 50.0, "NODE": 50.0, "SYS": 40.0}
-NVLINK_GBPS_PER_LINK = 25.0
-HOST_STAGED_GBPS = 12.0
-INTER_NODE_GBPS = 12.5
-UNKNOWN_LEVEL_GBPS = 40.0
-
-# NCCL allreduce latency of a small message (8 KB) on n GPUs, microseconds. Measured on RTX PRO 6000 (PCIe,
-# P2P): 6.8 / 13.5 / 26.7 us for 2 / 4 / 8 GPUs, i.e. ~3.4 us x n. NVLink: an assumption of ~1.2 us x n.
-# Without P2P every ring step pays the host path (~14 us instead of ~0.4 us).
-PCIE_LATENCY_US_PER_GPU = 3.4
-NVLINK_LATENCY_US_PER_GPU = 1.2
-HOST_PATH_EXTRA_US_PER_STEP = 13.6
-INTER_NODE_LATENCY_US_PER_GPU = 10.0
+from . import plan_perf
 
 LEVEL_ORDER = {"X": 0, "NV": 1, "PIX": 2, "PXB": 3, "PHB": 4, "NODE": 5, "SYS": 6, "UNK": 6, "NET": 7}
 
@@ -58,6 +46,7 @@ class NodeTopology:
         self.p2p_read = p2p.get("read") or [["X" if i == j else "OK" for j in range(n)] for i in range(n)]
         self.indices = sorted(self.gpus) if allowed is None else [i for i in sorted(self.gpus) if i in set(allowed)]
         self.fingerprint = facts.get("fingerprint") or "unknown"
+        self.measured_pairs = {}   # (i, j) -> GB/s from a preflight record
         self._tree = None
         self._groups = {}
 
@@ -68,19 +57,31 @@ class NodeTopology:
     def p2p_ok(self, i, j):
         return i == j or self.p2p_read[i][j] == "OK" or self.level(i, j) == "NV"
 
+    def pcie_rate(self, i):
+        """Rated PCIe GB/s per direction of GPU i's link: the generation the link can reach, the lanes it has."""
+        pcie = self.gpus[i].get("pcie") or {}
+        width = pcie.get("cur_width") or pcie.get("max_width") or 16
+        return plan_perf.pcie_gbps(pcie.get("max_gen") or 4, width)
+
     def bandwidth(self, i, j):
         """GB/s one direction between GPUs i and j (see the module docstring)."""
         if i == j:
             return float("inf")
+        measured = self.measured_pairs.get((i, j)) or self.measured_pairs.get((j, i))
+        if measured:
+            return measured
         word = self.links[i][j]
         if word.startswith("NV"):
             try:
-                return NVLINK_GBPS_PER_LINK * int(word[2:])
+                count = int(word[2:])
             except ValueError:
-                return NVLINK_GBPS_PER_LINK
+                count = 1
+            return plan_perf.nvlink_gbps_per_link(self.gpus[i].get("compute_capability")) * count
+        rate = min(self.pcie_rate(i), self.pcie_rate(j))
         if self.p2p_read[i][j] != "OK":
-            return HOST_STAGED_GBPS
-        return LEVEL_GBPS.get(word, UNKNOWN_LEVEL_GBPS)
+            return rate * plan_perf.HOST_STAGED_FRACTION
+        rate *= plan_perf.PCIE_P2P_FRACTION
+        return rate * plan_perf.PCIE_CROSS_SOCKET_FACTOR if word == "SYS" else rate
 
     def memory_total(self, i):
         return int(self.gpus[i]["memory"]["total_bytes"])
@@ -190,27 +191,17 @@ class NodeTopology:
         }
 
 
-def allreduce_latency_us(n, nvlink, p2p_ok, inter_node=False):
-    """Small-message NCCL allreduce latency on n GPUs (see the constants above)."""
-    if n < 2:
-        return 0.0
-    if inter_node:
-        return INTER_NODE_LATENCY_US_PER_GPU * n
-    base = (NVLINK_LATENCY_US_PER_GPU if nvlink else PCIE_LATENCY_US_PER_GPU) * n
-    if not p2p_ok:
-        base += HOST_PATH_EXTRA_US_PER_STEP * 2 * (n - 1)
-    return base
-
-
-def nccl_env(groups, boundaries, in_vm, numa_known):
+def nccl_env(groups, boundaries, in_vm, numa_known, cross_socket_p2p=False):
     """NCCL settings by documented rules. Returns (env dict, notes list).
 
     1. A TP group or PP boundary whose GPUs cannot do P2P (NVML P2P read not OK, e.g. CNS in a VM without
        x-nv-gpudirect-clique): NCCL_P2P_DISABLE=1. NCCL then stages through host memory, which is what the
        hardware allows anyway, and the reported allreduce hangs with half-working P2P cannot happen.
-    2. Otherwise, a TP group that crosses sockets (SYS) over PCIe with P2P OK: NCCL_P2P_LEVEL=SYS. NCCL's own
-       choice keeps P2P off across the socket interconnect; measured on 8 RTX PRO 6000 it raised allreduce bus
-       bandwidth from 24.7 to 37-42 GB/s.
+    2. Otherwise, a TP group that crosses sockets (SYS) over PCIe with P2P OK: NCCL keeps P2P off across the socket
+       interconnect by itself (24.7 GB/s allreduce bus bandwidth measured on 8 RTX PRO 6000); allowing it
+       (NCCL_P2P_LEVEL=SYS) measured 37-42 GB/s, but allreduces with P2P on this card are also reported to hang.
+       The plan sets it only when `cross_socket_p2p` says a preflight measurement on this topology proved it
+       (otherwise a note says what it would gain).
     3. A VM whose GPUs all sit on one emulated host bridge without NUMA information: no setting, a note that NCCL
        sees a made-up PCIe tree (an NCCL_TOPO_FILE describing the real one helps).
     """
@@ -221,9 +212,15 @@ def nccl_env(groups, boundaries, in_vm, numa_known):
         notes.append("NCCL_P2P_DISABLE=1: P2P is not available between GPUs %s (NVML P2P read status); NCCL "
                      "stages through host memory." % ", ".join("%d-%d" % tuple(p) for p in broken[:8]))
     elif any("SYS" in g["levels"] and not g["nvlink"] for g in groups):
-        env["NCCL_P2P_LEVEL"] = "SYS"
-        notes.append("NCCL_P2P_LEVEL=SYS: a TP group crosses the socket interconnect with P2P available; "
-                     "allowing P2P there measured 37-42 GB/s allreduce bus bandwidth instead of 24.7 on 8 PCIe GPUs.")
+        if cross_socket_p2p:
+            env["NCCL_P2P_LEVEL"] = "SYS"
+            notes.append("NCCL_P2P_LEVEL=SYS: a TP group crosses the socket interconnect and the preflight "
+                         "measurement on this topology showed P2P across it working and faster.")
+        else:
+            notes.append("a TP group crosses the socket interconnect: NCCL keeps P2P off there (24.7 GB/s allreduce "
+                         "bus bandwidth measured on 8 PCIe GPUs); NCCL_P2P_LEVEL=SYS measured 37-42 GB/s but is "
+                         "reported to hang on some boxes, so the plan sets it only once the preflight stage proved "
+                         "it on this topology.")
     if in_vm and not numa_known:
         notes.append("GPUs in a VM without NUMA information: NCCL sees the VM's emulated PCIe tree; an "
                      "NCCL_TOPO_FILE describing the host's real tree can help.")

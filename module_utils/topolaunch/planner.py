@@ -44,22 +44,25 @@ computes for that GPU (server_args._handle_gpu_memory_settings: reserved = 512 M
 reserved) / memory). KV room = usable - weights; KV tokens = room / bytes per token per GPU
 (model_config.kv_bytes_per_token). Activations and CUDA graphs live in the remaining (1 - fraction).
 
-Placement: plan_topology (islands, TP groups, PP stage order, NCCL settings). Score: plan_score.
+Placement: plan_topology (islands, TP groups, PP stage order, NCCL settings). Estimate: plan_score (output
+tok/s at the request's workload, with its parts; constants in plan_perf, fitted to tests/calibration/).
 
-Auto: measured results (records {model, topology_fingerprint, layout, output_throughput, max_concurrency}) for
-this model and topology fingerprint rank the layouts they cover by their best output throughput, ahead of
-every unmeasured one; without them the heuristic score ranks the valid layouts, and the reason says that a
-sweep (playbooks/sweep.yml) is how to be sure. An explicit layout is honoured when valid and refused with
-every reason when not.
+Auto: measured results (records {model, topology_fingerprint, layout, output_throughput, max_concurrency,
+input_len, output_len}) for this model and topology fingerprint, taken at a comparable workload (the same
+concurrency, input and output lengths within 10%), rank the layouts they cover ahead of every unmeasured one;
+without them the model's estimate ranks the valid layouts, and the reason says whether the margin between the
+top two is inside the model's error on the calibration set (then: measure, layout: tune). An explicit layout is
+honoured when valid and refused with every reason when not.
 """
 import hashlib
+import math
 import os
 import re
 
-from . import constants, model_config
-from .plan_args import FlagIndex, PLANNER_FLAGS, check_server_args, supported_versions
-from .plan_score import DEFAULT_BATCH, estimate, gpu_perf
-from .plan_topology import INTER_NODE_GBPS, NodeTopology, nccl_env
+from . import constants, model_config, plan_perf
+from .plan_args import FlagIndex, PLANNER_FLAGS, check_server_args, supported_versions, text_problem
+from .plan_score import Links, Shape, check_workload, estimate, gemm_peak, stage_time
+from .plan_topology import NodeTopology, nccl_env
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -67,7 +70,7 @@ CUDA_CONTEXT_BYTES = 1 * GIB
 MIN_KV_TOKENS = 4096
 A2A_BACKENDS = ("deepep", "mooncake", "mori", "ascend_fuseep", "flashinfer")
 KV_DTYPE_BYTES = {"fp8_e5m2": 1, "fp8_e4m3": 1, "bf16": 2, "bfloat16": 2, "fp4_e2m1": 0.5625}
-SWEEP_HINT = "run playbooks/sweep.yml to measure the valid layouts on this machine; measured results then decide"
+MEASURE_HINT = "layout: tune or playbooks/sweep.yml measures them on this machine; measured results then decide"
 
 _LAYOUT_PART = re.compile(r"(tp|pp|dp|ep)(\d+)")
 
@@ -155,9 +158,10 @@ def default_partition(layers, pp):
 # ----------------------------------------------------------------------------------------------------- memory
 
 
-def sglang_default_mem_fraction(gpu_bytes, tp, pp, values):
-    """mem_fraction_static as SGLang 0.5.9 computes it when unset (server_args._handle_gpu_memory_settings), for
-    the cases the planner supports (no DP attention); piecewise CUDA graphs and VLM adjustments are not modelled."""
+def sglang_memory_defaults(gpu_bytes, tp, pp, values):
+    """What SGLang 0.5.9 sets when the server args leave them unset (server_args._handle_gpu_memory_settings), for
+    the cases the planner supports (no DP attention; piecewise CUDA graphs and VLM adjustments not modelled):
+    {mem_fraction_static, chunked_prefill_size, cuda_graph_max_bs}; server args that are set win."""
     gpu_mem = gpu_bytes / float(MIB)  # SGLang reads nvidia-smi memory.total in MiB
     if gpu_mem < 20 * 1024:
         chunk, graph_bs = 2048, 8
@@ -185,14 +189,34 @@ def sglang_default_mem_fraction(gpu_bytes, tp, pp, values):
         reserved += 6 * 1024
     elif algo is not None and algo != "NGRAM":
         reserved += 2 * 1024
-    return round((gpu_mem - reserved) / gpu_mem, 3)
+    fraction = values.get("mem_fraction_static") or round((gpu_mem - reserved) / gpu_mem, 3)
+    return {"mem_fraction_static": fraction, "chunked_prefill_size": chunk if chunk > 0 else 8192,
+            "cuda_graph_max_bs": 0 if values.get("disable_cuda_graph") else graph_bs}
+
+
+def sglang_default_mem_fraction(gpu_bytes, tp, pp, values):
+    """mem_fraction_static as SGLang 0.5.9 computes it when unset."""
+    return sglang_memory_defaults(gpu_bytes, tp, pp, dict(values, mem_fraction_static=None))["mem_fraction_static"]
+
+
+def sglang_max_running_requests(kv_tokens, context_len, values, dp):
+    """SGLang's cap on running requests per replica (model_runner: min(max_total_num_tokens // 2, the request
+    pool: max(max_total_num_tokens / context_len * 512, 2048) capped at 4096)), or the server arg / dp."""
+    if values.get("max_running_requests"):
+        return max(1, values["max_running_requests"] // dp)
+    pool = min(max(int(kv_tokens / float(context_len or 4096) * 512), 2048), 4096)
+    return max(1, min(kv_tokens // 2, pool))
 
 
 def kv_dtype_bytes(model, values, compute_capability):
     dtype = values.get("kv_cache_dtype", "auto")
     if dtype in KV_DTYPE_BYTES:
         return KV_DTYPE_BYTES[dtype]
-    # auto: DSA models default to fp8_e4m3 on SM >= 10 (server_args._set_default_nsa_kv_cache_dtype)
+    # auto: a ModelOpt checkpoint whose kv_cache_quant_algo is FP8 gets an FP8 cache
+    # (model_runner.configure_kv_cache_dtype); DSA models default to fp8_e4m3 on SM >= 10
+    # (server_args._set_default_nsa_kv_cache_dtype)
+    if model.get("kv_cache_quant") == "FP8":
+        return 1
     major = int(str(compute_capability or "0").split(".", maxsplit=1)[0] or 0)
     if model["nsa"] and major >= 10:
         return 1
@@ -200,32 +224,40 @@ def kv_dtype_bytes(model, values, compute_capability):
 
 
 def stage_weights(model, partition):
-    """Weight bytes of each PP stage (all its TP ranks together)."""
-    embed = model["vocab_size"] * model["hidden_size"] * 2  # embeddings are kept in 16 bit in quantized checkpoints
-    head = 0 if model["tie_word_embeddings"] else embed
-    layer_bytes = max(0.0, model["total_size"] - embed - head) / float(model["num_layers"] + model["nextn_layers"])
+    """Weight bytes of each PP stage (all its TP ranks together): its dense and MoE layers (dense layers first, as
+    first_k_dense_replace puts them), the input embedding on the first stage and the LM head on the last (a tied
+    head is the embedding again when the stages differ). `attention` is the attention part of those layers."""
+    b = model["bytes"]
     out = []
-    for k, layers in enumerate(partition):
-        size = layers * layer_bytes
-        if k == 0:
-            size += embed
-        if k == len(partition) - 1:
-            size += head if (head or len(partition) == 1) else embed
-        out.append({"layers": layers, "layer_bytes": layers * layer_bytes, "bytes": size})
+    for stage in stage_shapes(model, partition):
+        layers = stage["dense_layers"] * b["dense_layer"] + stage["moe_layers"] * b["moe_layer"]
+        size = layers
+        if stage["index"] == 0:
+            size += b["embed"]
+        if stage["last"]:
+            size += b["head"] if (b["head"] or len(partition) == 1) else b["embed"]
+        out.append({"layers": stage["layers"], "layer_bytes": layers, "bytes": size,
+                    "attention": stage["layers"] * b["attention"]})
     return out
 
 
-def memory_estimate(model, tp, partition, gpu_bytes, fraction, kv_bytes):
+def memory_estimate(model, tp, partition, gpu_bytes, fraction, kv_bytes, attn_dp=1):
+    """Per GPU of the fullest stage: weights, usable memory, KV room and the KV tokens a replica holds.
+
+    attn_dp > 1 (attention data parallel, SGLang --enable-dp-attention): attention weights are split over only
+    tp/attn_dp GPUs (replicated across the attention DP ranks), each rank keeps the KV of its own requests, so
+    the replica holds attn_dp times the tokens of one GPU."""
     stages = stage_weights(model, partition)
     available = gpu_bytes - CUDA_CONTEXT_BYTES
     usable = available * fraction
+    attn_tp = max(1, tp // attn_dp)
     per_stage = []
     for stage in stages:
-        weights = stage["bytes"] / tp
-        cell = model_config.kv_bytes_per_token(model, tp, stage["layers"], kv_bytes)
+        weights = (stage["bytes"] - stage["attention"]) / tp + stage["attention"] / attn_tp
+        cell = model_config.kv_bytes_per_token(model, attn_tp, stage["layers"], kv_bytes)
         room = usable - weights
         per_stage.append({"weights": weights, "room": room, "cell": cell,
-                          "tokens": int(room // cell) if room > 0 and cell > 0 else 0})
+                          "tokens": int(room // cell) * attn_dp if room > 0 and cell > 0 else 0})
     worst = min(per_stage, key=lambda s: s["room"] - MIN_KV_TOKENS * s["cell"])
     reserve = MIN_KV_TOKENS * worst["cell"]
     return {
@@ -377,17 +409,35 @@ def _model_warnings(model, values):
 class _Context:
     """Everything a candidate evaluation reads."""
 
-    def __init__(self, model, nodes, values, nnodes, partition):
+    def __init__(self, model, nodes, values, nnodes, partition, workload):
         self.model = model
         self.nodes = nodes
         self.values = values
         self.nnodes = nnodes
         self.partition = partition
+        self.workload = workload
+        self.cross_socket_p2p = False   # proven by a preflight record (issue: preflight); never assumed
         names = {n.gpus[i]["name"] for n in nodes for i in n.indices} or {"unknown"}
-        self.perf = gpu_perf(sorted(names)[0])
         self.gpu_names = sorted(names)
-        self.batch = values.get("max_running_requests") or DEFAULT_BATCH
+        first = next((n.gpus[i] for n in nodes for i in n.indices), {})
+        self.compute_capability = first.get("compute_capability")
+        self.gpu = plan_perf.gpu_perf(self.gpu_names[0], self.compute_capability)
         self.overlap = not values.get("disable_overlap_schedule", False)
+        self.kv_bytes = kv_dtype_bytes(model, values, self.compute_capability)
+        self.shape = Shape(model, self.kv_bytes)
+
+
+def stage_shapes(model, partition):
+    """Per PP stage: {index, layers, dense_layers, moe_layers, last}; dense layers are the first ones
+    (first_k_dense_replace), as in DeepSeek/GLM MoE models."""
+    out, first = [], 0
+    dense = model["dense_layers"] if model["moe"] else model["num_layers"]
+    for k, count in enumerate(partition):
+        d = max(0, min(count, dense - first))
+        out.append({"index": k, "layers": count, "dense_layers": d, "moe_layers": count - d,
+                    "last": k == len(partition) - 1})
+        first += count
+    return out
 
 
 def evaluate(ctx, c):
@@ -444,9 +494,10 @@ def evaluate(ctx, c):
         gpu_bytes = min(node.memory_total(g) for node in ctx.nodes for g in node.indices) if ctx.nodes[0].indices else 0
         cc = None
     if gpu_bytes and model["num_layers"] >= pp:
-        fraction = ctx.values.get("mem_fraction_static") or sglang_default_mem_fraction(gpu_bytes, tp, pp, ctx.values)
-        memory, stages = memory_estimate(model, tp, partition, gpu_bytes, fraction,
-                                         kv_dtype_bytes(model, ctx.values, cc))
+        defaults = sglang_memory_defaults(gpu_bytes, tp, pp, ctx.values)
+        fraction = defaults["mem_fraction_static"]
+        memory, stages = memory_estimate(model, tp, partition, gpu_bytes, fraction, ctx.kv_bytes,
+                                         c.get("attn_dp", 1))
         memory["mem_fraction_source"] = "server_args" if ctx.values.get("mem_fraction_static") else "sglang_0.5.9_default"
         out["memory"] = memory
         if not memory["fits"]:
@@ -460,11 +511,126 @@ def evaluate(ctx, c):
         out["placement"] = _placement_facts(ctx, placements, tp, pp, dp, nodes_per_pp)
         out["gpu_indices"] = [g for grp in placements[0] for g in grp]
     out["valid"] = not reasons
-    if out["valid"] and stages is not None:
-        replica = out["placement"]["replica"]
-        stage_inputs = [{"layers": s["layers"], "weight_bytes_per_gpu": s["layer_bytes"] / tp} for s in stages]
-        out["estimate"] = estimate(model, c, stage_inputs, replica, ctx.perf, ctx.batch, ctx.overlap)
+    out["partition"] = partition
+    # Estimated whenever it fits and has a placement, also when a rule of the pinned SGLang refuses it: the
+    # calibration replays layouts that other engines or versions ran (the plan shows estimates of valid ones).
+    if stages is not None and out.get("placement") and memory["fits"]:
+        out["estimate"] = _estimate(ctx, c, partition, memory, defaults, out["placement"]["links"])
+        if pp > 1 and ctx.partition is None and out["valid"]:
+            _try_balanced_partition(ctx, c, out, gpu_bytes, defaults)
     return out
+
+
+def _estimate(ctx, c, partition, memory, defaults, links):
+    settings = {
+        "cuda_graph_max_bs": defaults["cuda_graph_max_bs"],
+        "chunked_prefill_size": defaults["chunked_prefill_size"],
+        "max_running_requests": sglang_max_running_requests(memory["kv_tokens"], ctx.model["context_length"],
+                                                            ctx.values, c["dp"]),
+        "overlap": ctx.overlap,
+        "kv_bytes": ctx.kv_bytes,
+    }
+    stages = stage_shapes(ctx.model, partition)
+    result = estimate(ctx.model, c, stages, links, ctx.gpu, ctx.workload, memory["kv_tokens"], settings,
+                      shape=ctx.shape)
+    result["inputs"] = {"model": ctx.model, "layout": c, "stages": stages, "links": links, "gpu": ctx.gpu,
+                        "workload": ctx.workload, "kv_tokens": memory["kv_tokens"], "settings": settings,
+                        "shape": ctx.shape}
+    return result
+
+
+def balanced_partition(layer_costs, last_extra, pp):
+    """Contiguous split of the layers into pp stages (each >= 1 layer) that minimises the largest stage cost;
+    the last stage also carries last_extra (the LM head). Binary search on the bottleneck with a greedy fill from
+    the last layer; a fill that needs fewer stages is split further (smaller stages never cost more)."""
+    n = len(layer_costs)
+    if pp < 1 or n < pp:
+        return None
+
+    def fill(limit):
+        counts, total = [0], last_extra
+        for cost in reversed(layer_costs):
+            if counts[-1] and total + cost > limit:
+                counts.append(0)
+                total = 0.0
+            if total + cost > limit:
+                return None
+            counts[-1] += 1
+            total += cost
+        return counts[::-1] if len(counts) <= pp else None
+
+    lo, hi = max(layer_costs), sum(layer_costs) + last_extra
+    best = fill(hi)
+    for _ in range(50):
+        mid = (lo + hi) / 2.0
+        counts = fill(mid)
+        if counts:
+            best, hi = counts, mid
+        else:
+            lo = mid
+    while len(best) < pp:                      # split the stage with the most layers
+        k = max(range(len(best)), key=lambda i: best[i])
+        best[k:k + 1] = [best[k] - best[k] // 2, best[k] // 2]
+    even = _even_fill(layer_costs, last_extra, pp)
+    return even if max(_stage_costs(even, layer_costs, last_extra)) <= hi * (1 + 1e-9) else best
+
+
+def _stage_costs(counts, layer_costs, last_extra):
+    out, first = [], 0
+    for count in counts:
+        out.append(sum(layer_costs[first:first + count]))
+        first += count
+    out[-1] += last_extra
+    return out
+
+
+def _even_fill(layer_costs, last_extra, pp):
+    """Front to back, each stage takes layers while that brings it nearer to an equal share of what is left."""
+    counts, k, n = [], 0, len(layer_costs)
+    for s in range(pp - 1):
+        target = (sum(layer_costs[k:]) + last_extra) / float(pp - s)
+        taken, count = 0.0, 0
+        while n - (k + count) > pp - 1 - s and (
+                count == 0 or abs(taken + layer_costs[k + count] - target) < abs(taken - target)):
+            taken += layer_costs[k + count]
+            count += 1
+        counts.append(count)
+        k += count
+    counts.append(n - k)
+    return counts
+
+
+def _try_balanced_partition(ctx, c, out, gpu_bytes, defaults):
+    """SGLang's own split gives every stage the same number of layers; when layers differ in cost (dense and
+    MoE layers, the LM head on the last stage) a split balanced by the model's per-layer decode cost can be
+    faster. Keep it when it fits and its estimate is higher (the plan then sets SGLANG_PP_LAYER_PARTITION)."""
+    model, pp = ctx.model, c["pp"]
+    micro = max(1.0, out["estimate"]["batch"] / float(c["dp"] * pp))
+    layer = {"index": 0, "layers": 1, "last": False}
+    ctx_len = ctx.workload["input_len"] + ctx.workload["output_len"] / 2.0
+    peak = gemm_peak(model, ctx.gpu)
+    links = out["placement"]["links"]
+    costs = {}
+    for kind, stage in (("dense", dict(layer, dense_layers=1, moe_layers=0)),
+                        ("moe", dict(layer, dense_layers=0, moe_layers=1))):
+        costs[kind] = stage_time(ctx.shape, c, stage, micro, ctx_len, links, ctx.gpu, peak, plan_perf.EFFICIENCY,
+                                 defaults["cuda_graph_max_bs"])[0]
+    empty_last = {"index": pp - 1, "layers": 0, "dense_layers": 0, "moe_layers": 0, "last": True}
+    last_extra = stage_time(ctx.shape, c, empty_last, micro, ctx_len, links, ctx.gpu, peak, plan_perf.EFFICIENCY,
+                            defaults["cuda_graph_max_bs"])[0]
+    dense = model["dense_layers"] if model["moe"] else model["num_layers"]
+    layer_costs = [costs["dense"] if k < dense else costs["moe"] for k in range(model["num_layers"])]
+    split = balanced_partition(layer_costs, last_extra, pp)
+    if not split or split == out["partition"]:
+        return
+    memory, _ = memory_estimate(model, c["tp"], split, gpu_bytes, defaults["mem_fraction_static"], ctx.kv_bytes,
+                                c.get("attn_dp", 1))
+    if not memory["fits"]:
+        return
+    memory["mem_fraction_source"] = out["memory"]["mem_fraction_source"]
+    est = _estimate(ctx, c, split, memory, defaults, links)
+    if est["tokens_per_s"] > out["estimate"]["tokens_per_s"] * 1.005:
+        out.update({"partition": split, "memory": memory, "estimate": est})
 
 
 def _placement_facts(ctx, placements, tp, pp, dp, nodes_per_pp):
@@ -483,33 +649,48 @@ def _placement_facts(ctx, placements, tp, pp, dp, nodes_per_pp):
     speeds = []
     for k in range(pp - 1):
         if (k + 1) % stages_here == 0:
-            speeds.append(INTER_NODE_GBPS)  # next stage lives on the next node group
+            speeds.append((plan_perf.INTER_NODE_GBPS, "net"))  # next stage lives on the next node group
         else:
             node = (k // stages_here) * nodes_per_pp
-            speeds.append(boundaries[node][k % stages_here]["bandwidth_gbps"])
-    tp_bw = min((g["bandwidth_gbps"] for node in groups for g in node if g["bandwidth_gbps"]), default=None)
-    inter_node_tp = nodes_per_pp > 1
-    if inter_node_tp:
-        tp_bw = min(tp_bw or INTER_NODE_GBPS, INTER_NODE_GBPS)
+            facts = boundaries[node][k % stages_here]
+            speeds.append((facts["bandwidth_gbps"], "pcie"))
+    all_groups = [g for node in groups for g in node]
+    tp_bw = min((g["bandwidth_gbps"] for g in all_groups if g["bandwidth_gbps"]), default=None)
+    if nodes_per_pp > 1:
+        kind, tp_bw = "net", min(tp_bw or plan_perf.INTER_NODE_GBPS, plan_perf.INTER_NODE_GBPS)
+    elif all(g["nvlink"] for g in all_groups):
+        kind = "nvlink"
+    elif not all(g["p2p_ok"] for g in all_groups):
+        kind = "host"
+    else:
+        kind = "pcie"
+    # nccl_env sets NCCL_P2P_LEVEL=SYS for a PCIe TP group that crosses sockets only when a preflight proved it
+    p2p_sys = ctx.cross_socket_p2p and kind == "pcie" and any("SYS" in g["levels"] for g in all_groups)
     return {
         "groups": groups,
         "boundaries": boundaries,
-        "replica": {
-            "tp_bandwidth_gbps": tp_bw or INTER_NODE_GBPS,
-            "tp_nvlink": all(g["nvlink"] for node in groups for g in node) and not inter_node_tp,
-            "tp_p2p_ok": all(g["p2p_ok"] for node in groups for g in node),
-            "tp_inter_node": inter_node_tp,
-            "boundaries": speeds,
-        },
+        "links": Links(tp, kind, tp_bw, p2p_sys, speeds),
     }
 
 
 # ----------------------------------------------------------------------------------------------------- measured
 
 
-def _measured_by_layout(measured, model_names, fingerprints, reasons):
-    """{layout name: {output_throughput, max_concurrency, simulated}} for this model and fingerprint."""
-    best = {}
+def comparable_workload(record, workload):
+    """A measurement counts for a workload when it ran at the same concurrency with input and output lengths
+    within 10% (issue: tune)."""
+    def near(a, b):
+        return isinstance(a, (int, float)) and not isinstance(a, bool) and abs(a - b) <= 0.1 * b
+
+    return (record.get("max_concurrency") == workload["concurrency"] and near(record.get("input_len"),
+                                                                               workload["input_len"])
+            and near(record.get("output_len"), workload["output_len"]))
+
+
+def _measured_by_layout(measured, model_names, fingerprints, workload, reasons, warnings):
+    """{layout name: {output_throughput, max_concurrency, simulated}} for this model and fingerprint at a
+    comparable workload; measurements of this model and box at other workloads are named in a warning."""
+    best, elsewhere = {}, set()
     if not measured:
         return best
     if not isinstance(measured, list):
@@ -530,14 +711,23 @@ def _measured_by_layout(measured, model_names, fingerprints, reasons):
         if isinstance(tput, bool) or not isinstance(tput, (int, float)) or layout == "auto":
             continue
         name = layout_name(layout["tp"], layout["pp"], layout["dp"], layout["ep"])
+        if not comparable_workload(rec, workload):
+            elsewhere.add("%s at %s/%s concurrency %s" % (name, rec.get("input_len"), rec.get("output_len"),
+                                                          rec.get("max_concurrency")))
+            continue
         if name not in best or tput > best[name]["output_throughput"]:
             best[name] = {"output_throughput": float(tput), "max_concurrency": rec.get("max_concurrency"),
                           "simulated": bool(rec.get("simulated"))}
+    if elsewhere and not best:
+        warnings.append("measured results of this model on this topology are at other workloads than %d/%d at "
+                        "concurrency %d, so they do not rank the layouts: %s" % (
+                            workload["input_len"], workload["output_len"], workload["concurrency"],
+                            ", ".join(sorted(elsewhere)[:6]) + (" ..." if len(elsewhere) > 6 else "")))
     return best
 
 
 def rank(candidates, measured):
-    """Order candidates: measured valid ones by throughput, then valid by heuristic estimate, then invalid."""
+    """Order candidates: measured valid ones by throughput, then valid ones by the model's estimate, then invalid."""
     heur = [c["estimate"]["tokens_per_s"] for c in candidates if c["valid"] and c["estimate"]]
     top_heur = max(heur) if heur else None
     top_meas = max((m["output_throughput"] for n, m in measured.items()
@@ -552,7 +742,7 @@ def rank(candidates, measured):
             c["source"] = "measured"
         elif c["estimate"] and top_heur:
             c["score"] = round(c["estimate"]["tokens_per_s"] / top_heur, 3)
-            c["source"] = "heuristic"
+            c["source"] = "model"
 
     def key(c):
         if not c["valid"]:
@@ -577,13 +767,15 @@ class PlanRequest:
     layout: 'auto', a name (tp4pp2) or a mapping {tp, pp, dp, ep}. sglang_version: whose flag table applies.
     server_args: ServerArgs field names to values. host, port, served_model_name: where and as what it serves.
     nnodes, node_rank, dist_init_addr: multi-node. measured: measured records (results.measured_records).
-    gpus: the GPU indices the plan may use (None = all). pp_layer_partition: layers per PP stage (None = SGLang's).
+    gpus: the GPU indices the plan may use (None = all). pp_layer_partition: layers per PP stage (None = SGLang's
+    split, or one balanced by layer cost when the model estimates it faster). workload: {input_len, output_len,
+    concurrency} the estimate is made for.
     """
 
     FIELDS = {"topology": None, "node_topologies": None, "model": None, "model_path": None, "layout": "auto",
               "sglang_version": "0.5.9", "server_args": None, "host": "127.0.0.1", "port": 30000,
               "served_model_name": None, "nnodes": 1, "node_rank": 0, "dist_init_addr": None, "measured": None,
-              "gpus": None, "pp_layer_partition": None}
+              "gpus": None, "pp_layer_partition": None, "workload": None}
 
     def __init__(self, **fields):
         unknown = sorted(set(fields) - set(self.FIELDS))
@@ -597,6 +789,54 @@ class PlanRequest:
 def plan(request):
     """The launch plan (docs/DESIGN.md "sglang_plan result") for a PlanRequest; PlanError with every reason when
     there is none."""
+    p = _prepare(request)
+    ctx, candidates, reasons, wanted = p["ctx"], p["candidates"], p["reasons"], p["wanted"]
+    fingerprint = _fingerprint(ctx.nodes)
+    model_names = {ctx.model["name"], p["served"],
+                   os.path.basename(str(request.model_path).rstrip("/")) if request.model_path else None} - {None}
+    # measured records of a multi-node run are stored under a node's fingerprint or the cluster's
+    measured_best = _measured_by_layout(request.measured, model_names,
+                                        {fingerprint} | {n.fingerprint for n in ctx.nodes}, ctx.workload, reasons,
+                                        p["warnings"])
+    candidates = rank(candidates, measured_best)
+
+    if wanted == "auto":
+        chosen = next((c for c in candidates if c["valid"]), None)
+        if chosen is None:
+            reasons.append("no valid layout for %d GPUs: %s" % (p["total"], "; ".join(
+                "%s: %s" % (c["name"], ", ".join(c["reasons"])) for c in candidates)))
+    else:
+        name = layout_name(wanted["tp"], wanted["pp"], wanted["dp"], wanted["ep"])
+        chosen = next(c for c in candidates if c["name"] == name)
+        if not chosen["valid"]:
+            reasons.extend("layout %s: %s" % (name, r) for r in chosen["reasons"])
+            chosen = None
+    if reasons:
+        raise PlanError(reasons, {"candidates": [_public(c) for c in candidates], "topology_fingerprint": fingerprint})
+    return _result(ctx, chosen, candidates, wanted, p["items"], measured_best, fingerprint, p["warnings"],
+                   request.model_path, p["served"], request.host, p["port"], str(request.sglang_version), p["rank"],
+                   request.dist_init_addr, ctx.partition)
+
+
+def evaluate_layouts(request, layouts=None):
+    """Every candidate layout of a request as the planner evaluates it (validity, placement, memory, estimate and
+    the estimate's inputs under `inputs`), before any ranking: what tools/calibration.py replays. `layouts`
+    ({tp, pp, dp, ep, attn_dp}) evaluates those instead, attention data parallelism (attn_dp) included, which the
+    planner models but does not propose."""
+    p = _prepare(request)
+    if layouts is None:
+        return p["candidates"]
+    out = []
+    for layout in layouts:
+        c = evaluate(p["ctx"], dict(layout))
+        if layout.get("attn_dp", 1) > 1:
+            c["name"] += "adp%d" % layout["attn_dp"]
+        out.append(c)
+    return out
+
+
+def _prepare(request):
+    """Check every input of a request (PlanError with every reason) and evaluate every candidate layout."""
     if not isinstance(request, PlanRequest):
         raise PlanError(["plan() takes a PlanRequest, got %s" % type(request).__name__])
     r = request
@@ -604,6 +844,7 @@ def plan(request):
     sglang_version, server_args, host, port = r.sglang_version, r.server_args, r.host, r.port
     served_model_name, nnodes, node_rank, node_topologies = r.served_model_name, r.nnodes, r.node_rank, r.node_topologies
     dist_init_addr, measured, gpus, pp_layer_partition = r.dist_init_addr, r.measured, r.gpus, r.pp_layer_partition
+    workload = r.workload
     reasons, warnings = [], []
     # version and its flags
     index = None
@@ -631,14 +872,15 @@ def plan(request):
             config, total = model_config.load_model_dir(model_path)
             facts = model_config.model_facts(config, total, os.path.basename(str(model_path).rstrip("/")))
     except model_config.ModelError as exc:
-        reasons.append("model: %s" % exc)
+        reasons.append("model %s: %s" % (model_path, exc) if model_path and not model else "model: %s" % exc)
     if not model_path:
         reasons.append("model_path is needed: it is the --model-path of the launch")
     # server args
     items, values = [], {}
     if index is not None:
-        items, values, arg_reasons = check_server_args(server_args, index)
+        items, values, arg_reasons, arg_warnings = check_server_args(server_args, index)
         reasons.extend(arg_reasons)
+        warnings.extend(arg_warnings)
     # host, port, names
     port_number = _int_input(port, "port", reasons, 1, 65535)
     if not isinstance(host, str) or not host.strip():
@@ -647,6 +889,11 @@ def plan(request):
         (os.path.basename(str(model_path).rstrip("/")) if model_path else None)
     if served is not None and ":" in str(served):
         reasons.append("served_model_name %r contains ':', which SGLang reserves for LoRA adapters" % served)
+    for where, text in (("served_model_name", served), ("host", host), ("model_path", model_path),
+                        ("dist_init_addr", dist_init_addr)):
+        problem = text_problem(text, where) if isinstance(text, str) else None
+        if problem:
+            reasons.append(problem)
     # nodes
     nnodes_n = _int_input(nnodes, "nnodes", reasons, 1, 1024) or 1
     rank_n = _int_input(node_rank, "node_rank", reasons, 0, max(0, nnodes_n - 1))
@@ -662,6 +909,8 @@ def plan(request):
     if gpus is not None:
         if not isinstance(gpus, list) or not all(isinstance(g, int) and not isinstance(g, bool) for g in gpus):
             reasons.append("gpus must be a list of GPU indices, got %r" % (gpus,))
+        elif len(set(gpus)) != len(gpus):
+            reasons.append("gpus %r names GPU %s more than once" % (gpus, sorted({g for g in gpus if gpus.count(g) > 1})))
         else:
             allowed = gpus
     nodes = []
@@ -683,6 +932,8 @@ def plan(request):
             reasons.append("pp_layer_partition must be a list of layer counts, got %r" % (pp_layer_partition,))
         else:
             partition = pp_layer_partition
+    workload, workload_reasons = check_workload(workload)
+    reasons.extend(workload_reasons)
     try:
         wanted = parse_layout(layout)
     except PlanError as exc:
@@ -694,40 +945,25 @@ def plan(request):
     if facts is None or not nodes or len(nodes) != len(topologies) or len(nodes) != nnodes_n or wanted is None:
         raise PlanError(reasons)
 
-    ctx = _Context(facts, nodes, values, nnodes_n, partition)
+    ctx = _Context(facts, nodes, values, nnodes_n, partition, workload)
     total = sum(len(n.indices) for n in nodes) if nnodes_n == 1 else nnodes_n * min(len(n.indices) for n in nodes)
     layouts = enumerate_layouts(total, facts["moe"], nnodes_n) if total else []
     if wanted != "auto" and not any(all(l[k] == wanted[k] for k in ("tp", "pp", "dp", "ep")) for l in layouts):
         layouts.append(wanted)
-    candidates = [evaluate(ctx, c) for c in layouts]
-    fingerprint = _fingerprint(nodes)
-    model_names = {facts["name"], served, os.path.basename(str(model_path).rstrip("/")) if model_path else None} - {None}
-    # measured records of a multi-node run are stored under a node's fingerprint or the cluster's
-    measured_best = _measured_by_layout(measured, model_names, {fingerprint} | {n.fingerprint for n in nodes},
-                                        reasons)
-    candidates = rank(candidates, measured_best)
+    return {"ctx": ctx, "candidates": [evaluate(ctx, c) for c in layouts], "reasons": reasons, "wanted": wanted,
+            "warnings": warnings, "items": items, "served": served, "port": port_number, "rank": rank_n,
+            "total": total}
 
-    if wanted == "auto":
-        chosen = next((c for c in candidates if c["valid"]), None)
-        if chosen is None:
-            reasons.append("no valid layout for %d GPUs: %s" % (total, "; ".join(
-                "%s: %s" % (c["name"], ", ".join(c["reasons"])) for c in candidates)))
-    else:
-        name = layout_name(wanted["tp"], wanted["pp"], wanted["dp"], wanted["ep"])
-        chosen = next(c for c in candidates if c["name"] == name)
-        if not chosen["valid"]:
-            reasons.extend("layout %s: %s" % (name, r) for r in chosen["reasons"])
-            chosen = None
-    if reasons:
-        raise PlanError(reasons, {"candidates": [_public(c) for c in candidates], "topology_fingerprint": fingerprint})
-    return _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, warnings, model_path,
-                   served, host, port_number, str(sglang_version), rank_n, dist_init_addr, partition)
+
+def public_estimate(est):
+    """An estimate without the model's inputs (kept for tools/calibration.py only)."""
+    return {k: v for k, v in est.items() if k != "inputs"} if est else est
 
 
 def _public(c):
     """A candidate as the plan shows it (placement internals left out)."""
     out = {k: c[k] for k in ("name", "tp", "pp", "dp", "ep", "valid", "reasons", "score", "source")}
-    out["estimate"] = c.get("estimate")
+    out["estimate"] = public_estimate(c.get("estimate")) if c["valid"] else None
     if c.get("measured"):
         out["measured"] = c["measured"]
     if c.get("memory"):
@@ -738,11 +974,39 @@ def _public(c):
     return out
 
 
-def _reason(chosen, candidates, wanted, measured_best, fingerprint, model_name):
+def describe_estimate(est, workload):
+    """One line: the estimate and the parts that make it up."""
+    parts = ", ".join("%s %.1f" % (label, est.get(key + "_ms", 0.0)) for key, label in (
+        ("weights", "weight reads"), ("kv", "KV reads"), ("comm", "communication"), ("compute", "compute"),
+        ("overhead", "fixed per-layer"), ("cpu", "scheduler CPU")) if est.get(key + "_ms"))
+    limit = "KV room" if est.get("limit") == "kv" else "the concurrency"
+    text = "%.0f output tok/s at input %d / output %d / concurrency %d (batch %d, limited by %s" % (
+        est.get("tokens_per_s", 0), workload["input_len"], workload["output_len"], workload["concurrency"],
+        est.get("batch", 0), limit)
+    if est.get("pp_bubble"):
+        text += "; pipeline bubble %.0f%%" % (est["pp_bubble"] * 100)
+    return text + "; decode step %.1f ms: %s; prefill %.1f ms per request)" % (
+        est.get("step_ms", 0), parts or "-", est.get("prefill_ms_per_request", 0))
+
+
+def margin_note(first, second):
+    """How far the top estimate is ahead of the runner-up, and whether the model can tell them apart."""
+    a, b = first["estimate"]["tokens_per_s"], second["estimate"]["tokens_per_s"]
+    if a <= 0 or b <= 0:
+        return ""
+    margin = math.log(a / b)
+    inside = margin < plan_perf.MODEL_ERROR
+    text = "runner-up %s estimated %.0f tok/s (%.0f%% lower); " % (second["name"], b, (1 - b / a) * 100)
+    if inside:
+        return text + ("that margin is inside the model's error on the calibration set (%.0f%%): measure both "
+                       "(%s)" % ((math.exp(plan_perf.MODEL_ERROR) - 1) * 100, MEASURE_HINT))
+    return text + "that margin is larger than the model's error on the calibration set (%.0f%%)" % (
+        (math.exp(plan_perf.MODEL_ERROR) - 1) * 100)
+
+
+def _reason(chosen, candidates, wanted, measured_best, fingerprint, model_name, workload):
     valid = [c for c in candidates if c["valid"]]
     est = chosen.get("estimate") or {}
-    terms = "compute %.1f ms, weight reads %.1f ms, allreduce %.1f ms, PP sends %.1f ms, summed over the stages for one micro-batch step" % (
-        est.get("compute_ms", 0), est.get("weights_ms", 0), est.get("allreduce_ms", 0), est.get("pp_send_ms", 0))
     others = [c for c in valid if c is not chosen]
     runner = others[0] if others else None
     if chosen["source"] == "measured":
@@ -753,27 +1017,35 @@ def _reason(chosen, candidates, wanted, measured_best, fingerprint, model_name):
             text += " (%s: %.0f tok/s)" % (runner["name"], runner["measured"]["output_throughput"])
         unmeasured = [c["name"] for c in valid if c["source"] != "measured"]
         if unmeasured:
-            text += "; not measured yet: %s (%s)" % (", ".join(unmeasured), SWEEP_HINT)
+            text += "; not measured yet: %s (%s)" % (", ".join(unmeasured), MEASURE_HINT)
         if m.get("simulated"):
             text += "; note: these measurements come from the lab simulator"
         return ("measured results decide: " if wanted == "auto" else "") + text + "."
     position = valid.index(chosen) + 1
     if wanted == "auto":
-        text = "%s ranks first of %d valid layouts by the heuristic score (estimated %.0f tok/s at %d concurrent " \
-               "requests; %s)" % (chosen["name"], len(valid), est.get("tokens_per_s", 0), est.get("batch", 0), terms)
+        text = "%s ranks first of %d valid layouts by the performance model: %s" % (
+            chosen["name"], len(valid), describe_estimate(est, workload))
         if runner and runner.get("estimate") and est.get("tokens_per_s"):
-            text += "; runner-up %s estimated %.0f tok/s (%.0f%% lower)" % (
-                runner["name"], runner["estimate"]["tokens_per_s"],
-                (1 - runner["estimate"]["tokens_per_s"] / est["tokens_per_s"]) * 100)
+            text += "; " + margin_note(chosen, runner)
     else:
-        text = "layout %s was asked for and is valid; the heuristic ranks it %d of %d valid layouts (estimated " \
-               "%.0f tok/s at %d concurrent requests; %s)" % (
-                   chosen["name"], position, len(valid), est.get("tokens_per_s", 0), est.get("batch", 0), terms)
+        text = "layout %s was asked for and is valid; the performance model ranks it %d of %d valid layouts: %s" % (
+            chosen["name"], position, len(valid), describe_estimate(est, workload))
         if position > 1:
             text += "; %s is estimated first at %.0f tok/s" % (valid[0]["name"], valid[0]["estimate"]["tokens_per_s"])
-    text += ". The score is an estimate, not a measurement: no measured results for %s on topology %s; %s." % (
-        model_name, fingerprint, SWEEP_HINT)
+    text += ". An estimate, not a measurement: no measured results for %s on topology %s." % (model_name, fingerprint)
     return text
+
+
+def numa_argv(node, order, values):
+    """--numa-node with one NUMA node per GPU in CUDA_VISIBLE_DEVICES order (SGLang binds scheduler i to entry i:
+    managers/scheduler.py numa_bind_to_node(numa_node[gpu_id])), from NVML's NUMA facts. Inside a VM sysfs often
+    reads -1, so SGLang finds nothing itself. Left out when a GPU's node is unknown or server_args set it."""
+    if values.get("numa_node") is not None:
+        return []
+    nodes = [node.numa(g) for g in order]
+    if not nodes or any(n is None for n in nodes) or len(set(nodes)) < 2:
+        return []
+    return ["--numa-node"] + [str(n) for n in nodes]
 
 
 def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, warnings, model_path, served,
@@ -781,7 +1053,7 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
     model = ctx.model
     tp, pp, dp, ep = chosen["tp"], chosen["pp"], chosen["dp"], chosen["ep"]
     nnodes = ctx.nnodes
-    split = partition if partition is not None else default_partition(model["num_layers"], pp)
+    split = chosen["partition"]
     default_split = default_partition(model["num_layers"], pp)
     placement = chosen["placement"]
     # per-node GPU order: dp replicas x stages x TP groups, as SGLang maps ranks to devices
@@ -792,7 +1064,7 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
                 or any(g.get("virtualization_mode") in ("passthrough", "vgpu") for g in node.facts["gpus"])
                 for node in ctx.nodes)
     numa_known = all(node.numa(i) is not None for node in ctx.nodes for i in node.indices)
-    nccl, nccl_notes = nccl_env(all_groups, all_bounds, in_vm, numa_known)
+    nccl, nccl_notes = nccl_env(all_groups, all_bounds, in_vm, numa_known, ctx.cross_socket_p2p)
     warnings = list(warnings) + nccl_notes + chosen.get("warnings", [])
     warnings.extend(_placement_warnings(ctx, chosen, placement))
 
@@ -812,12 +1084,13 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
         env.update(nccl)
         return env
 
-    def node_argv(rank):
-        if nnodes == 1:
-            return list(base_argv)
-        return base_argv + ["--nnodes", str(nnodes), "--node-rank", str(rank), "--dist-init-addr", str(dist_init_addr)]
+    def node_argv(rank, order):
+        argv = list(base_argv)
+        if nnodes > 1:
+            argv += ["--nnodes", str(nnodes), "--node-rank", str(rank), "--dist-init-addr", str(dist_init_addr)]
+        return argv + numa_argv(ctx.nodes[rank], order, ctx.values)
 
-    per_node = [{"node_rank": r, "argv": node_argv(r), "env": node_env(order), "gpu_indices": order,
+    per_node = [{"node_rank": r, "argv": node_argv(r, order), "env": node_env(order), "gpu_indices": order,
                  "cuda_visible_devices": ",".join(str(g) for g in order),
                  "topology_fingerprint": ctx.nodes[r].fingerprint} for r, order in enumerate(per_node_order)]
     mine = per_node[node_rank]
@@ -850,14 +1123,15 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
         "pp_layer_partition": stages,
         "memory": dict(chosen["memory"]),
         "candidates": [_public(c) for c in candidates],
-        "reason": _reason(chosen, candidates, wanted, measured_best, fingerprint, model["name"]),
+        "reason": _reason(chosen, candidates, wanted, measured_best, fingerprint, model["name"], ctx.workload),
+        "workload": dict(ctx.workload),
         "warnings": warnings,
         "topology_fingerprint": ctx.nodes[node_rank].fingerprint,
         "model_name": model["name"],
         "requested_layout": "auto" if wanted == "auto" else layout_name(
             wanted["tp"], wanted["pp"], wanted["dp"], wanted["ep"]),
         "source": chosen["source"],
-        "estimate": chosen.get("estimate"),
+        "estimate": public_estimate(chosen.get("estimate")),
         "tp_groups": [g["gpus"] for g in placement["groups"][node_rank]],
         "node_rank": node_rank,
     }

@@ -86,9 +86,11 @@ def _code(exc):
     return getattr(exc, "value", None)
 
 
-def _fatal(exc, what, gpu=None):
-    """Turn an NVML error that ends the query into a TopologyError naming the fix."""
+def _fatal(exc, what, gpu=None, text=None):
+    """Turn an NVML error that ends the query into a TopologyError naming the fix; text: the library's own text
+    for the error (default: nvidia-ml-py's)."""
     code = _code(exc)
+    text = str(exc) if text is None else text
     where = "" if gpu is None else " on GPU %s" % gpu
     if code == ERR_LIBRARY_NOT_FOUND:
         return TopologyError(
@@ -106,8 +108,8 @@ def _fatal(exc, what, gpu=None):
         return TopologyError(
             "GPU lost during the topology query%s (%s: NVML error %s, %s). Check `dmesg` for Xid errors; the GPU "
             "needs a reset (`nvidia-smi -r -i %s` with nothing running on it) or a host reboot, "
-            "and in a VM possibly a VM restart." % (where, what, code, exc, "<index>" if gpu is None else gpu))
-    return TopologyError("NVML call %s failed%s: error %s (%s)." % (what, where, code, exc))
+            "and in a VM possibly a VM restart." % (where, what, code, text, "<index>" if gpu is None else gpu))
+    return TopologyError("NVML call %s failed%s: error %s (%s)." % (what, where, code, text))
 
 
 class _Reader:
@@ -129,7 +131,15 @@ class _Reader:
         except self.error as exc:
             if optional and _code(exc) in _ABSENT:
                 return _Absent(_code(exc))
-            raise _fatal(exc, name, gpu) from exc
+            raise _fatal(exc, name, gpu, self.text(exc)) from exc
+
+    def text(self, exc):
+        """The library's own text for the error: nvidia-ml-py's str() answers known codes from its own table
+        and never asks the library; the lab's fake NVML puts a bad spec's field after "Unknown Error" there."""
+        try:
+            return _text(self.nvml.nvmlErrorString(_code(exc)))
+        except Exception:  # noqa: BLE001 - no text from the library: nvidia-ml-py's own
+            return str(exc)
 
 
 def _text(value):

@@ -199,6 +199,25 @@ def test_up_applies_a_spec_change_to_a_running_host(inventory):
 
 
 @pytest.mark.lab
+def test_stop_and_start_one_host(inventory):
+    """`stop beta` powers beta off (the lab's unreachable node) and leaves alpha and the repo alone; `start beta`
+    boots it again."""
+    before = nspawn_pids()
+    proc = lab(inventory, "stop", "beta")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert nspawn_pids() == {"alpha": before["alpha"]}
+    assert not listening(PORTS["beta"]) and listening(REPO_PORT)
+    assert ssh(PORTS["alpha"], "hostname").strip() == "alpha"
+    assert [ln.split()[2] for ln in lab(inventory, "status").stdout.splitlines()[3:]] == ["running", "stopped"]
+    proc = lab(inventory, "start", "beta")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "alpha" not in proc.stdout
+    pids = nspawn_pids()
+    assert pids["alpha"] == before["alpha"] and pids["beta"] != before["beta"]
+    assert ssh(PORTS["beta"], "hostname").strip() == "beta"
+
+
+@pytest.mark.lab
 def test_down_leaves_nothing_behind(inventory):
     processes = {p: starttime(p) for p in [*nspawn_pids().values(), *container_pids()]}
     assert len(processes) > 4, f"expected nspawn, systemd, sshd, ... of both hosts, found pids {list(processes)}"

@@ -412,6 +412,31 @@ MALFORMED = [
     ("no-gpus", lambda s: s.update(gpus=[]), "gpus: 0 GPUs"),
     ("gpus-not-list", lambda s: s.update(gpus={}), "gpus: expected an array, got object"),
     ("uuid", lambda s: s["gpus"][0].update(uuid="1234"), 'gpus[0].uuid: "1234" does not start with GPU-'),
+    # links: the preflight stand-in's figures (lab/specs/README.md "Extensions of this project")
+    ("links-unknown-key", lambda s: s["links"].update(bandwidth=1), "links.bandwidth: unknown key"),
+    ("links-no-default", lambda s: s["links"].pop("default"), "links.default: missing"),
+    ("links-no-host-path", lambda s: s["links"].pop("p2p_disabled"), "links.p2p_disabled: missing"),
+    ("links-default-gbps", lambda s: s["links"]["default"].update(gbps=-3), "links.default.gbps: -3 is out of range"),
+    ("links-default-latency", lambda s: s["links"]["default"].update(latency_us="fast"),
+     "links.default.latency_us: expected a number above 0, got string"),
+    ("links-default-no-latency", lambda s: s["links"]["default"].pop("latency_us"), "links.default.latency_us: missing"),
+    ("links-pair-gpu", lambda s: s["links"]["pairs"][2]["gpus"].__setitem__(1, 8),
+     "links.pairs[2].gpus[1]: 8 is out of range 0..7"),
+    ("links-pair-no-gpus", lambda s: s["links"]["pairs"][2].pop("gpus"), "links.pairs[2].gpus: missing"),
+    ("links-pair-self", lambda s: s["links"]["pairs"][0].update(gpus=[1, 1]), "links.pairs[0].gpus: a GPU paired with itself"),
+    ("links-pair-twice", lambda s: s["links"]["pairs"][5].update(gpus=[1, 0]),
+     "links.pairs[5].gpus: GPUs 1 and 0 are listed twice (also links.pairs[0])"),
+    ("links-pair-gbps-items", lambda s: s["links"]["pairs"][3].update(gbps=[40.0]),
+     "links.pairs[3].gbps: expected a number or [a->b, b->a], got 1 items"),
+    ("links-pair-gbps-direction", lambda s: s["links"]["pairs"][3].update(gbps=[40.0, 0]),
+     "links.pairs[3].gbps[1]: 0 is out of range"),
+    ("links-pair-hangs", lambda s: s["links"]["pairs"][4].update(hangs="yes"),
+     "links.pairs[4].hangs: expected true or false, got string"),
+    ("links-pair-key", lambda s: s["links"]["pairs"][4].update(bw=3), "links.pairs[4].bw: unknown key"),
+    ("links-pair-host-path", lambda s: s["links"]["pairs"][4].update(p2p_disabled={"gbps": 5}),
+     "links.pairs[4].p2p_disabled.latency_us: missing"),
+    ("links-local-hangs", lambda s: s["links"].update(local={"gbps": 900, "latency_us": 2, "hangs": True}),
+     "links.local.hangs: unknown key"),
 ]
 
 
@@ -423,8 +448,23 @@ def test_malformed_spec_fails_init_naming_the_field(fake_nvml, capfd, change, me
     err = capfd.readouterr().err
     assert message in err
     assert str(fake_nvml.spec_path) in err
+    # the library's text for the failure carries the same message after NVML's own words
+    text = pynvml.nvmlErrorString(pynvml.NVML_ERROR_UNKNOWN)
+    assert text.startswith("Unknown Error: fake-nvml: GPU spec %s: " % fake_nvml.spec_path) and message in text
     with pytest.raises(pynvml.NVMLError_Uninitialized):
         pynvml.nvmlDeviceGetCount()                      # nothing half-loaded
+
+
+def test_links_with_every_key_are_accepted(fake_nvml):
+    spec = _spec_with(lambda s: s.update(links={
+        "default": {"gbps": 54.0, "latency_us": 0.4, "hangs": False},
+        "p2p_disabled": {"gbps": 11, "latency_us": 14},
+        "local": {"gbps": 1500.5, "latency_us": 2},
+        "pairs": [{"gpus": [0, 4], "gbps": [41.2, 40], "latency_us": 0.5},
+                  {"gpus": [3, 7], "hangs": True},
+                  {"gpus": [2, 5], "p2p_disabled": {"gbps": [10, 9.5], "latency_us": 15}}]}))
+    fake_nvml.use(spec)
+    assert pynvml.nvmlDeviceGetCount() == 8
 
 
 @pytest.mark.parametrize("text,message", [
@@ -442,6 +482,16 @@ def test_invalid_json_fails_init_with_position(fake_nvml, tmp_path, capfd, text,
         pynvml.nvmlInit()
     err = capfd.readouterr().err
     assert "invalid JSON" in err and message in err
+
+
+def test_error_text_of_a_bad_spec_goes_with_the_next_good_init(fake_nvml):
+    fake_nvml.use(_spec_with(lambda s: s.pop("gpus")), init=False)
+    with pytest.raises(pynvml.NVMLError_Unknown):
+        pynvml.nvmlInit()
+    assert "gpus: missing" in pynvml.nvmlErrorString(pynvml.NVML_ERROR_UNKNOWN)
+    assert str(pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)) == "Unknown Error"     # nvidia-ml-py's own table
+    fake_nvml.use("h200x2-vm-real")
+    assert pynvml.nvmlErrorString(pynvml.NVML_ERROR_UNKNOWN) == "Unknown Error"
 
 
 def test_failed_reinit_keeps_the_previous_spec(fake_nvml, capfd):

@@ -1,5 +1,7 @@
 """lab/repo/build.py: a signed flat apt repository apt would accept, stand-in packages with the real names and
-pinned versions, per-port cuda-keyring, the stand-in model and the Hugging Face stand-in. No lab host needed."""
+pinned versions (CUDA 13 included), per-port cuda-keyring, the stand-in model with its tokenizer, the Hugging Face
+stand-in, and pip/ (both simulator wheels) and pip-client/ (the real SGLang client's wheels) with pip download
+replaced by a recording stub. No lab host, no network needed."""
 import hashlib
 import json
 import os
@@ -114,7 +116,8 @@ def test_keyring_per_port_points_apt_at_that_port(repo, tmp_path):
 def test_stand_in_model_and_hub(repo):
     fixture = ROOT / "tests/fixtures/models/glm-5-nvfp4"
     with tarfile.open(repo / "models/glm-5-nvfp4.tar") as tar:
-        assert sorted(tar.getnames()) == ["config.json", "model.safetensors.index.json"]
+        assert sorted(tar.getnames()) == ["config.json", "model.safetensors.index.json", "tokenizer.json",
+                                          "tokenizer_config.json"]
         assert json.load(tar.extractfile("config.json")) == json.loads((fixture / "config.json").read_text())
     info = json.loads((repo / "hf/api/models/topolaunch-lab/gated-model/revision"
                        / "0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e").read_text())
@@ -137,3 +140,114 @@ def test_no_gpg_agent_is_left_running(repo):
         if "gpg-agent" in cmd and home in cmd:
             left.append((pid, cmd))
     assert not left, left
+
+
+# ------------------------------------------------------------------------------------------ CUDA 13
+def test_cuda_13_stand_ins_print_their_release_and_the_major_metapackage_points_at_it(repo, tmp_path):
+    root = extract(repo / APT / "cuda-toolkit-13-0_13.0.2-1_amd64.deb", tmp_path)
+    out = subprocess.run([str(root / "usr/local/cuda-13.0/bin/nvcc"), "--version"], capture_output=True,
+                         text=True, check=True).stdout
+    # what CUDA 13.0 Update 2's nvcc prints
+    assert out.splitlines()[-3:] == ["Built on Wed_Aug_20_01:57:39_PM_PDT_2025",
+                                     "Cuda compilation tools, release 13.0, V13.0.88",
+                                     "Build cuda_13.0.r13.0/compiler.36424714_0"]
+    meta = next(p for p in packages(repo) if p["Package"] == "cuda-toolkit-13")
+    assert (meta["Version"], meta["Depends"]) == ("13.0.2-1", "cuda-toolkit-13-0 (>= 13.0.2-1)")
+
+
+# ------------------------------------------------------------------------------------------ the model's tokenizer
+def test_the_stand_in_model_tokenizer_counts_words_as_the_simulator_does(repo):
+    """SGLang's random-ids client draws ids below tokenizer.vocab_size, decodes them (a tokenizer without decoder
+    joins the tokens with spaces) and sends the text; the simulator counts one token per whitespace-separated word.
+    Every id must decode to exactly one such word, and any word must encode to one id (WhitespaceSplit, [UNK])."""
+    from sglang._sim.server import count_tokens
+
+    with tarfile.open(repo / "models/glm-5-nvfp4.tar") as tar:
+        assert "tokenizer.json" in tar.getnames() and "tokenizer_config.json" in tar.getnames()
+        tokenizer = json.load(tar.extractfile("tokenizer.json"))
+        config = json.load(tar.extractfile("tokenizer_config.json"))
+    model = tokenizer["model"]
+    assert (model["type"], model["unk_token"], tokenizer["pre_tokenizer"], tokenizer["decoder"],
+            tokenizer["post_processor"], tokenizer["normalizer"]) == ("WordLevel", "[UNK]", {"type": "WhitespaceSplit"},
+                                                                      None, None, None)
+    vocab = model["vocab"]
+    by_id = {i: word for word, i in vocab.items()}
+    assert sorted(by_id) == list(range(len(vocab)))  # ids 0..n-1, no gaps
+    assert all(word.strip() == word and len(word.split()) == 1 and word.isprintable() for word in vocab)
+    assert [t["content"] for t in tokenizer["added_tokens"] if t["special"]] == ["[UNK]"]
+    ids = [(7 + j) % len(vocab) for j in range(1024)]
+    assert count_tokens(" ".join(by_id[i] for i in ids)) == 1024
+    assert (config["tokenizer_class"], config["clean_up_tokenization_spaces"]) == ("PreTrainedTokenizerFast", False)
+    assert "chat_template" in config  # SGLang's client warns about models without one
+
+
+# ------------------------------------------------------------------------------------------ pip/ and pip-client/
+STUB_PYTHON = """#!/bin/sh
+# `python -m pip download ... --dest DIR ...` is recorded and answered with one placeholder wheel; anything else runs
+# the real interpreter (the simulator's wheel builder).
+if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then
+    echo "$*" >> "{log}"
+    while [ $# -gt 0 ]; do
+        if [ "$1" = "--dest" ]; then touch "$2/placeholder_$(date +%s%N)-1.0-py3-none-any.whl"; fi
+        shift
+    done
+    exit 0
+fi
+exec "{python}" "$@"
+"""
+
+
+@pytest.fixture(scope="module")
+def repo_with_pip(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("pip")
+    log = tmp / "pip.log"
+    python = tmp / "python"
+    python.write_text(STUB_PYTHON.format(log=log, python=sys.executable))
+    python.chmod(0o755)
+    wheels = tmp / "wheels"  # the real SGLang wheel cache (tools/sglang_flags.py); a placeholder stands in
+    wheels.mkdir()
+    (wheels / "sglang-0.5.9-py3-none-any.whl").write_bytes(b"the real 0.5.9 wheel")
+    out = tmp / "lab" / "repo"
+    argv = [sys.executable, str(ROOT / "lab/repo/build.py"), "--out", str(out), "--keyring-ports", "18090-18091",
+            "--python", str(python), "--sglang-wheels", str(wheels)]
+    first = subprocess.run(argv, check=True, capture_output=True, text=True)
+    calls = log.read_text().splitlines()
+    second = subprocess.run(argv, check=True, capture_output=True, text=True)
+    return out, calls, log.read_text().splitlines(), first.stdout, second.stdout
+
+
+def test_pip_carries_one_simulator_wheel_per_release_and_their_dependencies(repo_with_pip):
+    out, calls, _, _, _ = repo_with_pip
+    pip = out / "pip"
+    assert sorted(w.name for w in pip.glob("sglang-*.whl")) == ["sglang-0.5.23+sim-py3-none-any.whl",
+                                                               "sglang-0.5.9+sim-py3-none-any.whl"]
+    downloads = [c for c in calls if "--dest %s " % pip in c]
+    # one resolve per simulator wheel: two sglang versions cannot be downloaded in one
+    for wheel in ("sglang-0.5.9+sim-py3-none-any.whl[all]", "sglang-0.5.23+sim-py3-none-any.whl[all]"):
+        assert sum(c.endswith("%s/%s" % (pip, wheel)) for c in downloads) == 1, downloads
+    assert all("--python-version 3.11" in c and "--only-binary=:all:" in c for c in downloads)
+    index = (pip / "index.html").read_text()
+    assert "sglang-0.5.23+sim-py3-none-any.whl" in index and "sglang-0.5.9+sim-py3-none-any.whl" in index
+
+
+def test_pip_client_carries_the_real_wheel_and_what_its_client_imports(repo_with_pip):
+    out, calls, _, _, _ = repo_with_pip
+    client = out / "pip-client"
+    assert (client / "sglang-0.5.9-py3-none-any.whl").read_bytes() == b"the real 0.5.9 wheel"
+    assert not list((out / "pip").glob("sglang-0.5.9-py3*"))  # never where the server venv's pip looks
+    pinned = [line for line in (client / "sglang-0.5.9-client.txt").read_text().splitlines()
+              if line and not line.startswith("#")]
+    # what importing 0.5.9's sglang.bench_serving needs (docs/sglang-versions.md), transformers as its METADATA pins it
+    assert sorted(p.split("==")[0] for p in pinned) == ["aiohttp", "datasets", "ipython", "numpy", "pillow",
+                                                        "pybase64", "pydantic", "requests", "tqdm", "transformers"]
+    assert "transformers==4.57.1" in pinned and all("==" in p for p in pinned)
+    downloads = [c for c in calls if "--dest %s " % client in c]
+    assert len(downloads) == 1 and all(p in downloads[0].split() for p in pinned)
+    assert "--python-version 3.11" in downloads[0] and "--no-deps" not in downloads[0]
+    assert "sglang-0.5.9-py3-none-any.whl" in (client / "index.html").read_text()
+
+
+def test_a_rebuild_downloads_nothing_again(repo_with_pip):
+    _, calls, calls_after, _, second = repo_with_pip
+    assert calls_after == calls
+    assert "pip wheels up to date" in second and "pip-client wheels up to date" in second

@@ -16,7 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 from sglang import bench_serving  # noqa: E402
 from sglang._sim import flags, hardware, modelcfg, perf, validate  # noqa: E402
-from sglang._sim.launcher import SimConfigError, parse_faults, scheduler_title  # noqa: E402
+from sglang._sim.launcher import Launcher, SimConfigError, parse_faults, scheduler_title  # noqa: E402
 
 MODELS = ROOT / "tests/fixtures/models"
 SPECS = ROOT / "lab/specs"
@@ -54,9 +54,10 @@ def test_every_table_flag_parses_with_its_aliases():
                               "--kv-cache-dtype", "fp8_e4m3", "--json-model-override-args", '{"a": 1}'])
     sargs = flags.ServerArgs(args)
     assert (sargs.model_path, sargs.tp_size, sargs.pp_size, sargs.kv_cache_dtype) == ("/m", 4, 2, "fp8_e4m3")
-    # every dest of the table is a field (after SGLang's renames)
+    # every dest of the table is a field under SGLang's name for it, except those that are not fields (--config)
     fields = set(sargs.as_dict())
-    assert {flags.RENAMES.get(e["dest"], e["dest"]) for e in table.values()} == fields
+    assert {e.get("field", e["dest"]) for e in table.values()} - {None} == fields
+    assert "tp_size" in fields and "tensor_parallel_size" not in fields and "config" not in fields
 
 
 def test_server_args_defaults_and_checks():
@@ -85,6 +86,17 @@ def test_process_titles_follow_sglang():
     assert scheduler_title(None, 1, 3, 0, sargs)[0] == "sglang::scheduler_PP1_TP3"
     sargs = argparse.Namespace(pp_size=1, tp_size=8, ep_size=1)
     assert scheduler_title(None, 0, 5, 0, sargs) == ("sglang::scheduler_TP5", " TP5")
+
+
+def test_ep_ranks_in_titles_follow_sglang(monkeypatch, tmp_path):
+    """moe_ep_rank = tp_rank // (tp // ep): TP8 EP2 puts TP0-3 in EP0 and TP4-7 in EP1 (was tp_rank % ep)."""
+    monkeypatch.setenv("SGLANG_SIM_GPU_SPEC", str(SPECS / "proxmox-8x-rtx-pro-6000-vnuma.json"))
+    monkeypatch.setenv("FAKE_NVML_STATE_DIR", str(tmp_path))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    launcher = Launcher(["--model-path", str(MODELS / "glm-4.7"), "--tp-size", "8", "--ep-size", "2"])
+    launcher.prepare()
+    assert [p["title"] for p in launcher.plan_ranks()] == ["sglang::scheduler_TP%d_EP%d" % (t, t // 4)
+                                                           for t in range(8)]
 
 
 # ------------------------------------------------------------------------------------------ SGLang's checks

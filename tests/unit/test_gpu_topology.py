@@ -51,6 +51,19 @@ def test_module_fails_without_nvidia_ml_py(run_module, monkeypatch):
     assert code == 1 and out["msg"].startswith("nvidia-ml-py (import name pynvml) is not importable")
 
 
+def test_module_failure_on_a_bad_lab_spec_names_the_field(fake_nvml, run_module):
+    """The lab's fake answers nvmlInit of a malformed spec with NVML_ERROR_UNKNOWN; the module's message must
+    carry the spec's own error (file and field), not only "error 999"."""
+    spec = json.loads((fake_nvml.specs_dir / "proxmox-8x-rtx-pro-6000-vnuma.json").read_text())
+    spec["gpus"][5]["pcie"].update(cur_gen=6, max_gen=5)
+    fake_nvml.use(spec, init=False)
+    code, out, _ = run_module(gpu_topology, {})
+    assert code == 1 and out["failed"] is True
+    assert "nvmlInit" in out["msg"] and "error 999" in out["msg"] and "Unknown Error" in out["msg"]
+    assert "gpus[5].pcie: cur_gen: 6 is above max_gen 5" in out["msg"]
+    assert str(fake_nvml.spec_path) in out["msg"]
+
+
 def test_action_saves_the_facts_on_the_controller_as_no_change(tmp_path, monkeypatch):
     """save_to: written in the controller process (not a task delegated to localhost), only when different, and
     never reported as a change of the host (a second run has nothing to do)."""

@@ -15,7 +15,7 @@ import yaml
 
 from ansible_collections.topolaunch.sglang.plugins.modules import sglang_health as sglang_wait
 from ansible_collections.topolaunch.sglang.plugins.module_utils import health as module_health
-from test_sim_server import Lab, free_port, sim_site  # noqa: F401  pylint: disable=unused-import
+from simlab import Lab, free_port, sim_site, sim_wheels  # noqa: F401  pylint: disable=unused-import
 from ansible_collections.topolaunch.sglang.plugins.module_utils.system import parse_show
 from ansible_collections.topolaunch.sglang.plugins.module_utils.health import (HealthError, base_url, check, error_lines, milestone, port_open,
                                read_plan, record_last_good, verify, wait_chunk)

@@ -64,3 +64,43 @@ def test_bad_config_keys_are_named(change, words):
     with pytest.raises(model_config.ModelError) as exc:
         model_config.model_facts(config, 10)
     assert words in str(exc.value)
+
+
+@pytest.mark.parametrize("overrides, words", [
+    ({"n_routed_experts": None, "num_experts": "128"}, "config.json num_experts must be a whole number >= 0, got '128'"),
+    ({"head_dim": "128"}, "config.json head_dim must be a whole number >= 0, got '128'"),
+    ({"first_k_dense_replace": "two"}, "config.json first_k_dense_replace must be a whole number >= 0, got 'two'"),
+    ({"qk_rope_head_dim": 64.5}, "config.json qk_rope_head_dim must be a whole number >= 0, got 64.5"),
+    ({"tie_word_embeddings": "no"}, "config.json tie_word_embeddings must be true or false, got 'no'"),
+    ({"quantization_config": "fp8"}, "config.json quantization_config must be a mapping, got 'fp8'"),
+])
+def test_typed_fields_fail_naming_the_field(overrides, words):
+    model = model_input("glm-5-nvfp4", **overrides)
+    with pytest.raises(model_config.ModelError) as exc:
+        model_config.model_facts(model["config"], model["total_size"])
+    assert str(exc.value) == words
+
+
+def test_a_head_size_of_zero_is_refused():
+    model = model_input("llama-3.1-70b", hidden_size=16, num_attention_heads=32)
+    model["config"].pop("head_dim", None)
+    with pytest.raises(model_config.ModelError, match="hidden_size 16 with num_attention_heads 32 gives a head size "
+                                                      "of 0"):
+        model_config.model_facts(model["config"], model["total_size"])
+
+
+def test_the_planner_names_the_model_file_in_the_error(tmp_path):
+    import shutil
+
+    from plan_cases import synth_facts
+    from ansible_collections.topolaunch.sglang.plugins.module_utils import planner
+
+    shutil.copytree(model_path("glm-5-nvfp4"), tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    config["n_routed_experts"] = "256"
+    (tmp_path / "m" / "config.json").write_text(json.dumps(config))
+    facts = synth_facts("proxmox-8x-rtx-pro-6000-vnuma", tmp_path / "facts")
+    with pytest.raises(planner.PlanError) as exc:
+        planner.plan(planner.PlanRequest(topology=facts, model_path=str(tmp_path / "m")))
+    assert exc.value.reasons == ["model %s: config.json n_routed_experts must be a whole number >= 0, got '256'"
+                                 % (tmp_path / "m")]

@@ -3,6 +3,7 @@ import pytest
 
 from plan_cases import FIELD_ARGS, model_input, model_path, synth_facts
 from ansible_collections.topolaunch.sglang.plugins.module_utils import planner
+from ansible_collections.topolaunch.sglang.plugins.module_utils import plan_args
 from ansible_collections.topolaunch.sglang.plugins.module_utils.plan_args import FlagIndex, check_server_args
 
 VNUMA = "proxmox-8x-rtx-pro-6000-vnuma"
@@ -186,7 +187,9 @@ def test_memory_fit_uses_sglangs_default_fraction(vnuma):
 
 def test_kv_cache_of_mla_is_per_layer_not_per_head(vnuma):
     tp8 = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8"))["memory"]
-    pp2 = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp4pp2"))["memory"]
+    # SGLang's own split (39/39), so that both stages hold the same number of layers
+    pp2 = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp4pp2",
+                                           pp_layer_partition=[39, 39]))["memory"]
     # MLA keeps the latent on every TP rank: half the layers per GPU halves the bytes per token
     assert tp8["kv_bytes_per_token"] == 2 * pp2["kv_bytes_per_token"]
     # GLM-5 is DSA: fp8 KV on SM 12 (1 byte): (512 + 64 + 128 + 4) x 78 layers
@@ -200,9 +203,10 @@ def test_kv_cache_of_mla_is_per_layer_not_per_head(vnuma):
 
 def test_server_args_are_flags_of_the_pinned_version():
     index = FlagIndex("0.5.9")
-    items, values, reasons = check_server_args(dict(FIELD_ARGS, kv_cache_dtype="fp8_e4m3", trust_remote_code=True,
-                                                    enable_metrics=False, context_length="32768"), index)
-    assert reasons == []
+    items, values, reasons, warnings = check_server_args(dict(
+        FIELD_ARGS, kv_cache_dtype="fp8_e4m3", trust_remote_code=True, enable_metrics=False, context_length="32768"),
+        index)
+    assert reasons == [] and warnings == []
     flags = [flag for flag, _ in items]
     assert flags == sorted(flags) and "--enable-metrics" not in flags
     words = dict(items)
@@ -226,8 +230,99 @@ def test_server_args_are_flags_of_the_pinned_version():
     ({"enable_dp_attention": True}, "DP attention"),
 ])
 def test_bad_server_args_are_named(args, words):
-    _, _, reasons = check_server_args(args, FlagIndex("0.5.9"))
+    _, _, reasons, _ = check_server_args(args, FlagIndex("0.5.9"))
     assert any(words in r for r in reasons), reasons
+
+
+FIELD_ARGS_0_5_23 = dict({k: v for k, v in FIELD_ARGS.items() if not k.startswith("nsa_")},
+                         dsa_prefill_backend="trtllm", dsa_decode_backend="trtllm")
+
+
+def test_both_tables_load_and_a_local_label_maps_to_its_base():
+    assert plan_args.supported_versions() == ["0.5.9", "0.5.23"]
+    for version in ("0.5.9", "0.5.23"):
+        index = FlagIndex(version + "+sim")
+        assert index.version == version and len(index.flags) > 300 and index.has("--tp-size")
+    assert FlagIndex("0.5.23").flags["--tp-size"]["dest"] == "tp_size"
+    assert FlagIndex("0.5.9").flags["--tp-size"]["dest"] == "tensor_parallel_size"
+
+
+def test_unknown_version_names_the_supported_ones():
+    with pytest.raises(KeyError) as exc:
+        FlagIndex("0.4.0")
+    assert str(exc.value) == "SGLang 0.4.0 has no flag table (supported: 0.5.9, 0.5.23)"
+
+
+def test_field_launch_for_0_5_23():
+    items, values, reasons, warnings = check_server_args(FIELD_ARGS_0_5_23, FlagIndex("0.5.23"))
+    assert reasons == [] and warnings == []
+    words = dict(items)
+    assert words["--dsa-prefill-backend"] == ["--dsa-prefill-backend", "trtllm"]
+    assert words["--fp8-gemm-backend"] == ["--fp8-gemm-backend", "cutlass"]
+    assert values["dsa_decode_backend"] == "trtllm" and values["fp8_gemm_runner_backend"] == "cutlass"
+
+
+@pytest.mark.parametrize("args, words", [
+    # hand-written renames (plan_args.RENAMED)
+    ({"nsa_prefill_backend": "trtllm"}, "server_args.nsa_prefill_backend: removed in 0.5.23, use dsa_prefill_backend"),
+    ({"nsa_decode_backend": "trtllm"}, "nsa_decode_backend: removed in 0.5.23, use dsa_decode_backend"),
+    ({"cuda_graph_max_bs": 256}, "cuda_graph_max_bs: removed in 0.5.23, use cuda_graph_max_bs_decode"),
+    # the 0.5.9 wheel's own deprecation ("Please use --swa-full-tokens-ratio instead.")
+    ({"hybrid_kvcache_ratio": 0.5}, "hybrid_kvcache_ratio: removed in 0.5.23, use swa_full_tokens_ratio"),
+    # gone without a successor
+    ({"enable_double_sparsity": True}, "server_args.enable_double_sparsity: removed in 0.5.23"),
+    ({"no_such_arg": 1}, "SGLang 0.5.23 has no flag for 'no_such_arg'"),
+    ({"attn_dp_size": 2}, "server_args.attn_dp_size is set by the planner: use nothing: DP attention"),
+    ({"ssl_keyfile_password": "x"}, "server_args.ssl_keyfile_password is a secret"),
+    ({"context_length": "32q"}, "server_args.context_length must be an integer (or 32k, 1Mi"),
+])
+def test_flags_of_0_5_9_that_0_5_23_does_not_take(args, words):
+    _, _, reasons, _ = check_server_args(args, FlagIndex("0.5.23"))
+    assert any(words in r for r in reasons), reasons
+
+
+def test_a_flag_added_later_is_named_as_such():
+    _, _, reasons, _ = check_server_args({"dsa_prefill_backend": "trtllm", "attn_cp_size_x": 1}, FlagIndex("0.5.9"))
+    assert reasons[0] == ("server_args.attn_cp_size_x: SGLang 0.5.9 has no flag for 'attn_cp_size_x' (similar: "
+                          "attn_cp_size)")
+    assert reasons[1] == ("server_args.dsa_prefill_backend: SGLang 0.5.9 has no flag for 'dsa_prefill_backend' "
+                          "(added in 0.5.23; 0.5.9 has nsa_prefill_backend)")
+
+
+def test_deprecated_flag_warns_and_still_launches():
+    index = FlagIndex("0.5.23")
+    items, values, reasons, warnings = check_server_args(
+        {"disable_cuda_graph": True, "grpc_mode": False, "enable_fused_qk_norm_rope": False,
+         "context_length": "128k", "tensor_parallel_size_x": None}, index)
+    assert reasons == ["server_args.tensor_parallel_size_x: SGLang 0.5.23 has no flag for 'tensor_parallel_size_x' "
+                       "(similar: tensor_parallel_size)"]
+    assert warnings == [  # grpc_mode: false writes nothing, so no warning
+        "server_args.disable_cuda_graph: --disable-cuda-graph is deprecated in SGLang 0.5.23; use "
+        "--cuda-graph-backend-{decode,prefill}=disabled"]
+    _, _, _, warnings = check_server_args({"grpc_mode": True, "disable_fast_image_processor": True}, index)
+    assert warnings == [
+        "server_args.disable_fast_image_processor: --disable-fast-image-processor is deprecated in SGLang 0.5.23; "
+        "use --image-processor-backend=pil",
+        "server_args.grpc_mode: --grpc-mode is deprecated in SGLang 0.5.23; use --smg-grpc-mode"]
+    words = dict(items)
+    assert words["--disable-cuda-graph"] == ["--disable-cuda-graph"] and "--grpc-mode" not in words
+    # BooleanOptionalAction: false is spelled --no-<flag>; human_readable_int keeps the text, the value is the int
+    assert words["--enable-fused-qk-norm-rope"] == ["--no-enable-fused-qk-norm-rope"]
+    assert words["--context-length"] == ["--context-length", "128k"] and values["context_length"] == 128000
+
+
+def test_aliases_are_keys_too():
+    index = FlagIndex("0.5.23")
+    assert index.by_name["tensor_parallel_size"] == "--tp-size" and index.by_name["enable_hicache"] == \
+        "--enable-hierarchical-cache"
+    items, _, reasons, _ = check_server_args({"hierarchical_sparse_attention_extra_config": "{}"}, index)
+    assert reasons == [] and items == [("--hisparse-config", ["--hisparse-config", "{}"])]
+
+
+@pytest.mark.parametrize("text, value", [("32768", 32768), ("32k", 32000), ("25.6k", 25600), ("1Mi", 1 << 20),
+                                         ("1.5Mi", None), ("32K", None), ("x", None)])
+def test_human_readable_int_as_sglang_0_5_23(text, value):
+    assert plan_args._human_int(text) == value
 
 
 def test_pp_alone_is_not_a_flag():
@@ -250,8 +345,8 @@ def test_every_reason_is_reported(vnuma):
 
 
 def test_unknown_version_and_missing_inputs(vnuma):
-    reasons = refused(vnuma, "tp8", sglang_version="0.5.23")
-    assert any("sglang_version 0.5.23 has no flag table (supported: 0.5.9)" in r for r in reasons)
+    reasons = refused(vnuma, "tp8", sglang_version="0.5.7")
+    assert any("sglang_version 0.5.7 has no flag table (supported: 0.5.9, 0.5.23)" in r for r in reasons)
     with pytest.raises(planner.PlanError) as exc:
         planner.plan(planner.PlanRequest(model_path=model_path("glm-5-nvfp4")))
     assert "give topology (ansible_facts.gpu_topology) or node_topologies (one per node)" in exc.value.reasons
@@ -271,7 +366,9 @@ def test_nccl_rules(tmp_path):
     assert not any(k.startswith("NCCL_") for k in plan["env"])
     vnuma = synth_facts(VNUMA, tmp_path / "vnuma")
     plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("llama-3.1-70b"), layout="tp8"))
-    assert plan["env"]["NCCL_P2P_LEVEL"] == "SYS"
+    # P2P across the sockets is left to NCCL (off) until a preflight measurement proves it on this topology
+    assert "NCCL_P2P_LEVEL" not in plan["env"]
+    assert any("NCCL_P2P_LEVEL=SYS measured 37-42 GB/s" in w and "preflight" in w for w in plan["warnings"])
     assert any("spans NUMA nodes 0,1" in w for w in plan["warnings"])
     plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("llama-3.1-70b"), layout="tp4"))
     assert "NCCL_P2P_LEVEL" not in plan["env"] and plan["gpu_indices"] == [0, 1, 2, 3]
@@ -322,9 +419,59 @@ def test_plan_takes_one_request_object(vnuma):
         planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layot="tp8")
     assert exc.value.reasons == ["unknown plan request field(s) layot (known: dist_init_addr, gpus, host, layout, "
                                  "measured, model, model_path, nnodes, node_rank, node_topologies, port, "
-                                 "pp_layer_partition, served_model_name, server_args, sglang_version, topology)"]
+                                 "pp_layer_partition, served_model_name, server_args, sglang_version, topology, "
+                                 "workload)"]
     with pytest.raises(planner.PlanError, match="plan\\(\\) takes a PlanRequest, got dict"):
         planner.plan({"topology": vnuma})
     request = planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8")
     assert (request.layout, request.port, request.nnodes, request.gpus) == ("tp8", 30000, 1, None)
     assert planner.plan(request)["layout"]["name"] == "tp8"
+
+
+def test_the_plan_follows_the_installed_version(vnuma):
+    """0.5.23: the field launch with dsa_* plans; nsa_* is refused naming dsa_*; a deprecated flag is a warning."""
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp4pp2",
+                        sglang_version="0.5.23+sim", server_args=dict(FIELD_ARGS_0_5_23, disable_cuda_graph=True)))
+    assert "--dsa-prefill-backend" in plan["argv"] and "--disable-cuda-graph" in plan["argv"]
+    assert any(w.startswith("server_args.disable_cuda_graph: --disable-cuda-graph is deprecated in SGLang 0.5.23")
+               for w in plan["warnings"]), plan["warnings"]
+    reasons = refused(vnuma, "tp4pp2", sglang_version="0.5.23", server_args=FIELD_ARGS)
+    assert "server_args.nsa_prefill_backend: removed in 0.5.23, use dsa_prefill_backend" in reasons
+
+
+# ---------------------------------------------------------------------------------------------- hostile input
+
+
+@pytest.mark.parametrize("server_args, key", [
+    ({"log_requests_target": ["stdout", "--tp-size", "1", "--host", "0.0.0.0"]}, "log_requests_target[1]"),
+    ({"uvicorn_access_log_exclude_prefixes": ["/x", "--api-key", "sk-secret"]}, "uvicorn_access_log_exclude_prefixes[1]"),
+    ({"chat_template": "-x"}, "chat_template"),
+])
+def test_a_list_item_or_value_that_looks_like_a_flag_is_refused(vnuma, server_args, key):
+    reasons = refused(vnuma, "tp8", server_args=server_args)
+    assert any(r.startswith("server_args.%s: " % key) and "looks like a flag" in r for r in reasons), reasons
+    assert not any("sk-secret" in r for r in reasons)
+
+
+def test_negative_numbers_are_values_not_flags(vnuma):
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8",
+                                            server_args={"random_seed": -1}))
+    assert plan["argv"][plan["argv"].index("--random-seed") + 1] == "-1"
+
+
+@pytest.mark.parametrize("field, value", [
+    ("served_model_name", "glm\r5"), ("served_model_name", "glm\x005"), ("host", "127.0.0.1\r"),
+    ("host", "--host"), ("served_model_name", "a\u2028b"),
+])
+def test_control_characters_and_flags_in_names_are_refused(vnuma, field, value):
+    reasons = refused(vnuma, "tp8", **{field: value})
+    assert any(r.startswith("%s: %r" % (field, value)) for r in reasons), reasons
+
+
+def test_control_characters_in_server_arg_values_are_refused(vnuma):
+    reasons = refused(vnuma, "tp8", server_args={"served_model_name": None, "chat_template": "a\rb"})
+    assert any("server_args.chat_template" in r and "control character" in r for r in reasons), reasons
+
+
+def test_a_gpu_named_twice_is_refused(vnuma):
+    assert "gpus [0, 0] names GPU [0] more than once" in refused(vnuma, "tp2", gpus=[0, 0])

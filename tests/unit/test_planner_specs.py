@@ -4,9 +4,10 @@ import pytest
 from plan_cases import MODEL_NAMES, fake_facts, model_path
 from test_sglang_flags import build_parser
 from ansible_collections.topolaunch.sglang.plugins.module_utils import planner
-from ansible_collections.topolaunch.sglang.plugins.module_utils.sglang_flags_0_5_9 import FLAGS
+from ansible_collections.topolaunch.sglang.plugins.module_utils.plan_args import FLAG_TABLES
 from topology_cases import all_specs
 
+FLAGS = FLAG_TABLES["0.5.9"]
 PARSER = build_parser(FLAGS)
 
 
@@ -57,7 +58,7 @@ def test_specs_by_models(fake_nvml, tmp_path, spec, model):
     check_plan(plan, facts)
     valid = [c for c in plan["candidates"] if c["valid"]]
     assert plan["layout"]["name"] == valid[0]["name"]
-    assert all(c["score"] is not None and 0 < c["score"] <= 1 and c["source"] == "heuristic" for c in valid)
+    assert all(c["score"] is not None and 0 < c["score"] <= 1 and c["source"] == "model" for c in valid)
     assert all(c["reasons"] for c in plan["candidates"] if not c["valid"])
     assert all(c["tp"] * c["pp"] * c["dp"] == facts["gpu_count"] for c in plan["candidates"])
     # every valid candidate is honoured when asked for explicitly, and plans as well as auto does

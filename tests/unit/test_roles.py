@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if p.is_dir())
+ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "meta" / "main.yml").is_file())  # a role has meta
 
 
 @pytest.mark.parametrize("role", ROLES)

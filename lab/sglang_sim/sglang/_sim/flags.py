@@ -1,16 +1,21 @@
-"""`sglang.launch_server`'s command line, built from the flag table extracted from the real 0.5.9 wheel.
+"""`sglang.launch_server`'s command line, built from the flag table extracted from the real wheel of the version
+the simulator stands in for (sglang.version: 0.5.9+sim -> 0.5.9).
 
-The table (module_utils/topolaunch/sglang_flags_0_5_9.py, bundled into the wheel) lists every flag with its
-option strings in declaration order, dest, type, default, choices, action, nargs. Declaring them in the same
-order with the same option strings gives argparse's own behaviour: unknown flags, bad choices and
-ambiguous prefixes (`--pp 2`) exit with status 2 and the same message as SGLang.
+The table (module_utils/topolaunch/sglang_flags_<version>.py, bundled into the wheel) lists every flag with its
+option strings in declaration order, dest, type, default, choices, action, nargs; keys that hold their default
+are left out (ENTRY_DEFAULTS). Declaring them in the same order with the same option strings gives argparse's
+own behaviour: unknown flags, bad choices and ambiguous prefixes (`--pp 2`) exit with status 2 and the same
+message as SGLang.
 """
 import argparse
+import decimal
 import json
 import logging
+import os
+import re
 import sys
 
-from sglang._sim import resources
+from sglang._sim import release, resources
 
 logger = logging.getLogger("sglang.srt.server_args")
 
@@ -28,8 +33,48 @@ def json_list_type(value):  # sglang.srt.utils.common.json_list_type
         raise argparse.ArgumentTypeError("Invalid JSON list: %s. Please provide a valid JSON list." % value) from None
 
 
+def human_readable_int(value):  # sglang.srt.utils.common.human_readable_int (0.5.23)
+    value = value.strip()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)", value)
+    if match:
+        number, suffix = match.groups()
+        iec = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40}
+        if suffix in iec:
+            if "." in number:
+                raise argparse.ArgumentTypeError(
+                    "Decimals are not allowed with IEC suffixes like '%s'. Use an integer IEC value such as '%d%s', "
+                    "or an SI value such as '%s%s'." % (suffix, int(decimal.Decimal(number)), suffix, number, suffix[0]))
+            return int(number) * iec[suffix]
+        return int(decimal.Decimal(number) * {"k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12}[suffix])
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            "Invalid integer value: '%s'. Use a plain integer, SI suffixes (1k, 1M), or IEC suffixes (1Ki, 1Mi). "
+            "Suffixes are case-sensitive." % value) from None
+
+
+def parse_cuda_graph_backend_arg(raw):  # sglang.srt.model_executor.cuda_graph_config (0.5.23)
+    if raw == "tc_piecewise":
+        raise argparse.ArgumentTypeError("tc_piecewise was removed; select breakable, full, or disabled")
+    return raw
+
+
+def parse_cuda_graph_config_arg(raw):  # sglang.srt.model_executor.cuda_graph_config (0.5.23), the JSON checks
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError("--cuda-graph-config must be JSON: %s" % e) from None
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError(
+            "--cuda-graph-config must be a JSON object, got %s" % type(parsed).__name__)
+    return parsed
+
+
 TYPES = {"int": int, "float": float, "str": str, "json": json.loads, "json_list": json_list_type,
-         "nullable_str": nullable_str, None: None}
+         "nullable_str": nullable_str, "human_int": human_readable_int,
+         "cuda_graph_backend": parse_cuda_graph_backend_arg, "cuda_graph_config": parse_cuda_graph_config_arg,
+         None: None}
 
 
 class DeprecatedAction(argparse.Action):  # sglang.srt.server_args.DeprecatedAction
@@ -41,22 +86,58 @@ class DeprecatedAction(argparse.Action):  # sglang.srt.server_args.DeprecatedAct
               "versions.\033[0m" % option_string, file=sys.stderr)
 
 
+_deprecation_log = logging.getLogger("sglang.srt.arg_groups.argparse_actions")
+
+
+class DeprecatedStoreTrueAction(argparse.Action):  # 0.5.23 sglang.srt.arg_groups.argparse_actions
+    def __init__(self, option_strings, dest, new_flag=None, nargs=0, const=True, default=False, **kwargs):
+        self.new_flag = new_flag
+        super().__init__(option_strings, dest, nargs=nargs, const=const, default=default, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        replacement = " Use '%s' instead." % self.new_flag if self.new_flag else ""
+        _deprecation_log.warning("\033[1;33m'%s' is deprecated and will be removed in a future release.%s\033[0m"
+                                 % (option_string, replacement))
+        setattr(namespace, self.dest, True)
+
+
+class DeprecatedStoreConstAction(argparse.Action):  # 0.5.23 sglang.srt.arg_groups.argparse_actions
+    def __init__(self, option_strings, dest, new_flag=None, const_value=None, nargs=0, default=None, **kwargs):
+        self.new_flag = new_flag
+        self.const_value = const_value
+        super().__init__(option_strings, dest, nargs=nargs, default=default, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        replacement = " Use '%s' instead." % self.new_flag if self.new_flag else ""
+        _deprecation_log.warning("\033[1;33m'%s' is deprecated and will be removed in a future release.%s\033[0m"
+                                 % (option_string, replacement))
+        setattr(namespace, self.dest, self.const_value)
+
+
 class LoRAPathAction(argparse.Action):  # sglang.srt.server_args.LoRAPathAction (values kept as given)
     def __call__(self, parser, namespace, values, option_string=None):
         setattr(namespace, self.dest, list(values or []))
 
 
-ACTIONS = {"DeprecatedAction": DeprecatedAction, "LoRAPathAction": LoRAPathAction}
+ACTIONS = {"DeprecatedAction": DeprecatedAction, "LoRAPathAction": LoRAPathAction,
+           "DeprecatedStoreTrueAction": DeprecatedStoreTrueAction,
+           "DeprecatedStoreConstAction": DeprecatedStoreConstAction,
+           "BooleanOptionalAction": argparse.BooleanOptionalAction}
+# actions whose table entry carries no value-related keys to pass on (nargs fixed by the action itself)
+NO_VALUE_ACTIONS = ("DeprecatedAction", "DeprecatedStoreTrueAction", "BooleanOptionalAction")
 
 
-def table():
-    return resources.load("sglang_flags_0_5_9").FLAGS
+def table(of_version=None):
+    return resources.load("sglang_flags_" + (of_version or release.version()).replace(".", "_")).FLAGS
 
 
-def build_parser():
-    """argparse.ArgumentParser() of launch_server 0.5.9 (prog defaults to the script name, as in SGLang)."""
-    parser = argparse.ArgumentParser()
-    for canonical, entry in table().items():
+def build_parser(of_version=None):
+    """launch_server's ArgumentParser: prog is the script name in 0.5.9 (`ArgumentParser()`,
+    59:sglang/srt/server_args.py:5579), `sglang serve` in 0.5.23 (523:sglang/srt/server_args.py:679), so argparse
+    errors begin `launch_server.py: error:` or `sglang serve: error:` as in each release."""
+    newer = release.parse(of_version or release.version()) >= release.parse("0.5.23")
+    parser = argparse.ArgumentParser(prog="sglang serve") if newer else argparse.ArgumentParser()
+    for canonical, entry in table(of_version).items():
         names = entry.get("option_strings") or [canonical] + list(entry.get("aliases") or [])
         kwargs = {"dest": entry["dest"]}
         action = entry.get("action")
@@ -70,9 +151,13 @@ def build_parser():
         elif action == "store_const":
             kwargs["default"] = entry.get("default")
             kwargs["const"] = entry.get("const")
+        elif action == "DeprecatedStoreConstAction":
+            kwargs.update(default=entry.get("default"), const_value=entry.get("const"), nargs=entry.get("nargs"))
+            if entry.get("choices") is not None:
+                kwargs["choices"] = entry["choices"]
         else:
             kwargs["default"] = entry.get("default")
-            if action != "DeprecatedAction":
+            if action not in NO_VALUE_ACTIONS:
                 if entry.get("type") not in TYPES:
                     raise ValueError("flag table: %s has unknown type %r" % (canonical, entry.get("type")))
                 if TYPES[entry.get("type")] is not None:
@@ -81,7 +166,7 @@ def build_parser():
                     kwargs["choices"] = entry["choices"]
                 if entry.get("const") is not None:
                     kwargs["const"] = entry["const"]
-            if entry.get("nargs") is not None:
+            if entry.get("nargs") is not None and action != "DeprecatedStoreTrueAction":
                 kwargs["nargs"] = entry["nargs"]
         if entry.get("required"):
             kwargs["required"] = True
@@ -89,29 +174,178 @@ def build_parser():
     return parser
 
 
-# argparse dest -> ServerArgs field (ServerArgs.from_cli_args)
-RENAMES = {
-    "tensor_parallel_size": "tp_size",
-    "pipeline_parallel_size": "pp_size",
-    "attention_context_parallel_size": "attn_cp_size",
-    "moe_data_parallel_size": "moe_dp_size",
-    "data_parallel_size": "dp_size",
-    "expert_parallel_size": "ep_size",
-}
+# ---------------------------------------------------------------------------------------------- --config FILE.yaml
+def _config_keys(action):
+    """The YAML keys that name an action: its dest; in 0.5.23 also every long spelling with `_` for `-`
+    (523:sglang/srt/utils/server_args_config_parser.py:17-22)."""
+    keys = {action.dest}
+    if release.at_least("0.5.23"):
+        keys |= {option[2:].replace("-", "_") for option in action.option_strings if option.startswith("--")}
+    return keys
+
+
+def _config_supported(action):
+    """store_true and store only (59:sglang/srt/server_args_config_parser.py:25-40); 0.5.23 adds any action that
+    takes one value, `nargs is None` (523:...server_args_config_parser.py:25-27, 40-66)."""
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreAction)):  # noqa: SLF001 - as SGLang does
+        return True
+    return release.at_least("0.5.23") and action.nargs is None
+
+
+class ConfigArgumentMerger:
+    """sglang's ConfigArgumentMerger (server_args_config_parser.py of each release): `--config FILE.yaml` becomes
+    command-line words put before the others. A key is written as the flag is spelled (`api-key: X` gives
+    `--api-key X`; `api_key: X` gives `--api_key X`, which argparse then refuses, printing the value); underscores
+    only serve to look the action up. Errors are SGLang's ValueErrors (a traceback, exit status 1)."""
+
+    def __init__(self, parser):
+        actions = [a for a in parser._actions if a.option_strings]  # noqa: SLF001 - as SGLang does
+        self.store_true_actions = {key for a in actions if isinstance(a, argparse._StoreTrueAction)  # noqa: SLF001
+                                   for key in _config_keys(a)}
+        supported_keys = {key for a in actions if _config_supported(a) for key in _config_keys(a)}
+        self.unsupported_actions = {}
+        for a in actions:
+            if _config_supported(a) or set(a.option_strings) & {"--config", "--help", "-h"}:
+                continue
+            for key in _config_keys(a):
+                if not release.at_least("0.5.23") or key not in supported_keys:
+                    self.unsupported_actions[key] = a
+
+    def merge_config_with_args(self, cli_args):
+        indices = [i for i, arg in enumerate(cli_args) if arg == "--config"]
+        if len(indices) > 1:
+            raise ValueError("Multiple config files specified! Only one allowed.")
+        if not indices:
+            return cli_args
+        index = indices[0]
+        if index == len(cli_args) - 1:
+            raise ValueError("No config file specified after --config flag!")
+        config_args = self._convert_config_to_args(self._parse_yaml_config(cli_args[index + 1]))
+        return config_args + cli_args[:index] + cli_args[index + 2:]
+
+    def _parse_yaml_config(self, file_path):
+        import yaml  # PyYAML: SGLang's [all] extra brings it, as it does for SGLang
+
+        suffix = os.path.splitext(file_path)[1]
+        if suffix.lower() not in (".yaml", ".yml"):
+            raise ValueError("Config file must be YAML format, got: %s" % suffix)
+        if not os.path.exists(file_path):
+            raise ValueError("Config file not found: %s" % file_path)
+        try:
+            with open(file_path, "r") as file:
+                config_data = yaml.safe_load(file)
+        except Exception as e:
+            logging.getLogger("sglang.srt.server_args_config_parser").error(
+                "Failed to read config file %s: %s", file_path, e)
+            raise
+        if config_data is None:
+            config_data = {}
+        if not isinstance(config_data, dict):
+            raise ValueError("Config file must contain a dictionary at root level")
+        return config_data
+
+    def _convert_config_to_args(self, config):
+        args = []
+        for key, value in config.items():
+            key_norm = key.replace("-", "_")
+            if key_norm in self.unsupported_actions:
+                raise ValueError("Unsupported config option '%s' with action '%s'"
+                                 % (key_norm, self.unsupported_actions[key_norm].__class__.__name__))
+            if isinstance(value, bool):
+                if key_norm in self.store_true_actions:
+                    if value:
+                        args.append("--%s" % key)
+                else:
+                    args.extend(["--%s" % key, str(value).lower()])
+            elif isinstance(value, list):
+                if value:
+                    args.append("--%s" % key)
+                    args.extend(str(item) for item in value)
+            elif isinstance(value, dict) and release.at_least("0.5.23"):
+                args.extend(["--%s" % key, json.dumps(value)])
+            else:
+                args.extend(["--%s" % key, str(value)])
+        return args
+
+
+WATERMARK_SECRETS = ("watermark_key", "watermark_key_b", "watermark_config")  # 523:.../watermarking/core.py:25-27
+
+
+def redact_watermark_command_line(argv, watermark_config=None):
+    """0.5.23's launch_command: the argv after the --config merge, joined by spaces, with only
+    `--watermark-config`'s value redacted (523:sglang/srt/sampling/watermarking/core.py:110-134)."""
+    result, redact_next = [], False
+    for argument in argv:
+        if redact_next:
+            result.append("<redacted>")
+            redact_next = False
+        elif watermark_config is not None and argument == watermark_config:
+            result.append("<redacted>")
+        elif watermark_config is not None and "=" in argument and argument.split("=", 1)[1] == watermark_config:
+            result.append("%s=<redacted>" % argument.split("=", 1)[0])
+        elif argument == "--watermark-config":
+            result.append(argument)
+            redact_next = True
+        elif argument.startswith("--watermark-config="):
+            result.append("--watermark-config=<redacted>")
+        else:
+            result.append(argument)
+    return " ".join(result)
+
+
+def prepare_server_args(argv):
+    """sglang.srt.server_args.prepare_server_args: the parser, the `--config` merge when the word `--config` is in
+    argv (59:sglang/srt/server_args.py:5583, 523:sglang/srt/server_args.py:683), parse, ServerArgs."""
+    parser = build_parser()
+    if "--config" in argv:
+        argv = ConfigArgumentMerger(parser).merge_config_with_args(list(argv))
+    namespace = parser.parse_args(argv)
+    args = ServerArgs(namespace)
+    args.__dict__["launch_command"] = redact_watermark_command_line(argv, getattr(namespace, "watermark_config", None))
+    return args
+
+
 A2A_FORCE_EP = ("deepep", "mooncake", "ascend_fuseep", "flashinfer", "mori")
+
+
+def fields_of(of_version=None):
+    """argparse dest -> ServerArgs field, from the table: `field` where it differs from dest (0.5.9's
+    `tensor_parallel_size` is the field `tp_size`), None for a dest that is not a field (`config`)."""
+    out = {}
+    for entry in table(of_version).values():
+        out.setdefault(entry["dest"], entry.get("field", entry["dest"]))
+    return out
+
+
+def prefill_graph_sizes(max_bs):
+    """0.5.23 generate_prefill_cuda_graph_batch_sizes (523:sglang/srt/arg_groups/cuda_graph_hook.py:480-497)."""
+    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32)) + list(range(576, 1025, 64))
+             + list(range(1280, 4097, 256)) + list(range(4608, max_bs + 1, 512)))
+    return [s for s in sizes if s <= max_bs]
+
+
+def decode_graph_sizes(max_bs):
+    """0.5.23 generate_decode_cuda_graph_batch_sizes, no speculative decoding (cuda_graph_hook.py:500-515)."""
+    sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, max_bs + 1, 32))
+    return [s for s in sizes if s <= max_bs]
 
 
 class ServerArgs:
     """The parsed arguments under ServerArgs' field names, with the defaults SGLang derives at start.
 
-    Attribute access reads the fields; as_dict() is what /server_info shows.
+    Attribute access reads the fields; as_dict() is what /server_info shows. `launch_command` (0.5.23) is kept
+    beside the fields, as SGLang keeps it on the record.
     """
 
     def __init__(self, namespace):
         fields = {}
+        names = fields_of()
         for key, value in vars(namespace).items():
-            fields[RENAMES.get(key, key)] = value
+            field = names.get(key, key)
+            if field is not None:
+                fields[field] = value
         self.__dict__["_fields"] = fields
+        self.__dict__["launch_command"] = None
 
     def __getattr__(self, name):
         try:
@@ -126,14 +360,46 @@ class ServerArgs:
         return self._fields.get(name, default)
 
     def as_dict(self):
-        return dict(self._fields)
+        """0.5.9: dataclasses.asdict(server_args). 0.5.23: resolved_dict(), where the deprecated
+        `enable_dp_attention` reports `attn_dp_size > 1` (523:sglang/srt/server_args.py:316-332)."""
+        out = dict(self._fields)
+        if release.at_least("0.5.23"):
+            out["enable_dp_attention"] = self.dp_attention()
+        return out
 
-    def __repr__(self):
-        # as SGLang's dataclass repr: every field, api_key included (SGLang logs it: see README, "Secrets")
-        return "ServerArgs(%s)" % ", ".join("%s=%r" % kv for kv in self._fields.items())
+    def for_logging(self):
+        """What the launcher logs as `server_args=...` at start: 0.5.9 the dataclass repr, every field and api_key
+        included (59:sglang/srt/entrypoints/engine.py:1031); 0.5.23 the resolved dict with only the watermark
+        secrets redacted, api_key included (523:sglang/srt/entrypoints/engine.py:173-174, 1185)."""
+        if not release.at_least("0.5.23"):
+            return "ServerArgs(%s)" % ", ".join("%s=%r" % kv for kv in self._fields.items())
+        out = self.as_dict()
+        for key in WATERMARK_SECRETS:
+            if out.get(key) is not None:
+                out[key] = "<redacted>"
+        return repr(out)
 
-    def post_init(self, gpu_memory_mib):
-        """The part of ServerArgs.__post_init__ that the lab can meet (defaults that depend on the GPU)."""
+    def dp_attention(self):
+        """DP attention on: 0.5.9 `--enable-dp-attention`; 0.5.23 an attention-DP width > 1 (`--attn-dp-size`, or
+        the deprecated `--enable-dp-attention`, which resolution turns into `--attn-dp-size <dp-size>`)."""
+        if release.at_least("0.5.23"):
+            return (self.get("attn_dp_size") or 1) > 1
+        return bool(self.get("enable_dp_attention"))
+
+    def graphs(self):
+        """The CUDA graphs each rank captures, in capture order: [(phase, backend, batch sizes)].
+
+        0.5.9: one decode graph unless --disable-cuda-graph (59:model_runner.py:2146-2163). 0.5.23: prefill
+        (default backend breakable) then decode (default full), each unless disabled
+        (523:model_executor/model_runner_components/cuda_graph_setup.py:421-440)."""
+        if not release.at_least("0.5.23"):
+            return [] if self.disable_cuda_graph else [("decode", "full", self.cuda_graph_bs)]
+        config = self.cuda_graph_config
+        return [(phase, config[phase]["backend"], config[phase]["bs"]) for phase in ("prefill", "decode")
+                if config[phase]["backend"] != "disabled"]
+
+    def post_init(self, gpu_memory_mib, mla=False):
+        """The part of ServerArgs' start-up resolution the lab can meet (defaults that depend on the GPU)."""
         f = self._fields
         f.setdefault("tp_size", 1)
         f.setdefault("pp_size", 1)
@@ -157,24 +423,106 @@ class ServerArgs:
                 "'modelopt_fp8', or bfloat16 (None)." % f.get("quantization"))
             assert f["ep_size"] in [1, f["tp_size"]], \
                 "The expert parallel size must be 1 or the same as the tensor parallel size"
-        if f["dp_size"] == 1:
-            f["enable_dp_attention"] = False
-        # GPU-dependent defaults (ServerArgs._handle_gpu_memory_settings), gpu_mem in MiB
+        if release.at_least("0.5.23"):
+            if f.get("enable_dp_attention") and (f.get("attn_dp_size") or 1) == 1:
+                f["attn_dp_size"] = f["dp_size"]
+            self._gpu_memory_settings_0523(gpu_memory_mib, mla)
+        else:
+            if f["dp_size"] == 1:
+                f["enable_dp_attention"] = False
+            self._gpu_memory_settings_059(gpu_memory_mib)
+        if f["pp_size"] > 1:
+            if not f.get("disable_overlap_schedule"):
+                logger.warning("Pipeline parallelism is incompatible with overlap schedule.")
+            f["disable_overlap_schedule"] = True
+
+    def _gpu_memory_settings_059(self, gpu_memory_mib):
+        """ServerArgs._handle_gpu_memory_settings (59:sglang/srt/server_args.py:911-1045), gpu_mem in MiB."""
+        f = self._fields
         if f.get("chunked_prefill_size") is None:
             f["chunked_prefill_size"] = 4096 if gpu_memory_mib < 90 * 1024 else (8192 if gpu_memory_mib < 160 * 1024 else 16384)
         if f.get("cuda_graph_max_bs") is None:
             f["cuda_graph_max_bs"] = (32 if f["tp_size"] < 4 else 160) if gpu_memory_mib < 60 * 1024 else (
                 (256 if f["tp_size"] < 4 else 512) if gpu_memory_mib < 160 * 1024 else 512)
+        if f.get("cuda_graph_bs") is None:
+            f["cuda_graph_bs"] = decode_graph_sizes(f["cuda_graph_max_bs"])
+        else:
+            f["cuda_graph_max_bs"] = max(f["cuda_graph_bs"])
         if f.get("mem_fraction_static") is None:
             reserved = 512 + max(f["chunked_prefill_size"], 2048) * 1.5 + f["cuda_graph_max_bs"] * 2
             reserved += f["tp_size"] * f["pp_size"] / 8 * 1024
             if gpu_memory_mib > 60 * 1024:
                 reserved = max(reserved, 10 * 1024)
             f["mem_fraction_static"] = round((gpu_memory_mib - reserved) / gpu_memory_mib, 3)
-        if f["pp_size"] > 1:
-            if not f.get("disable_overlap_schedule"):
-                logger.warning("Pipeline parallelism is incompatible with overlap schedule.")
-            f["disable_overlap_schedule"] = True
+
+    def _gpu_memory_settings_0523(self, gpu_memory_mib, mla):
+        """handle_gpu_memory_settings and reserve_for_graph_mb (523:sglang/srt/arg_groups/memory_hook.py:47-399)
+        without speculative decoding, disaggregation or DeepEP; the per-phase CUDA graph settings fold into
+        cuda_graph_config as cuda_graph_config.py resolves them (decode full, prefill breakable on CUDA)."""
+        f = self._fields
+        tp = f["tp_size"]
+        for below_gib, chunk, small_tp, large_tp in ((20, 2048, 8, 8), (35, 4096, 48, 160), (60, 4096, 32, 160),
+                                                     (160, 8192, 256, 512), (float("inf"), 16384, 512, 512)):
+            if gpu_memory_mib < below_gib * 1024:
+                break
+        if f.get("chunked_prefill_size") is None:
+            f["chunked_prefill_size"] = chunk
+        legacy_off = bool(f.get("disable_cuda_graph"))
+        phases = {}
+        for phase, default_backend in (("decode", "full"), ("prefill", "breakable")):
+            backend = f.get("cuda_graph_backend_" + phase) or default_backend
+            if legacy_off or f.get("disable_%s_cuda_graph" % phase):
+                backend = "disabled"
+            elif phase == "prefill" and f["pp_size"] > 1 and not f.get("cuda_graph_backend_prefill"):
+                # PP prefill graph replay is opt-in (523:sglang/srt/arg_groups/cuda_graph_hook.py:146-160)
+                logger.info("Disabling breakable prefill CUDA graph by default for pipeline parallelism. Set "
+                            "--cuda-graph-backend-prefill=breakable to opt in.")
+                backend = "disabled"
+            phases[phase] = {"backend": backend, "max_bs": f.get("cuda_graph_max_bs_" + phase),
+                             "bs": f.get("cuda_graph_bs_" + phase)}
+        decode, prefill = phases["decode"], phases["prefill"]
+        if decode["max_bs"] is None and decode["bs"] is None:
+            decode["max_bs"] = small_tp if tp < 4 else large_tp
+            if f.get("max_running_requests") is not None:
+                decode["max_bs"] = min(decode["max_bs"], f["max_running_requests"])
+        if decode["bs"] is None:
+            decode["bs"] = decode_graph_sizes(decode["max_bs"])
+        else:
+            decode["max_bs"] = max(decode["bs"])
+        if prefill["max_bs"] is None and prefill["bs"] is None:
+            prefill["max_bs"] = min(8192, f["chunked_prefill_size"]) if mla else f["chunked_prefill_size"]
+            if f["pp_size"] > 1 and prefill["backend"] == "breakable":
+                prefill["max_bs"] = min(prefill["max_bs"], 8192)
+            if f.get("max_total_tokens") is not None:
+                prefill["max_bs"] = min(prefill["max_bs"], f["max_total_tokens"])
+            if "llama-2" in f["model_path"].lower():
+                prefill["max_bs"] = min(prefill["max_bs"], 4096)
+        if prefill["bs"] is None:
+            prefill["bs"] = prefill_graph_sizes(prefill["max_bs"])
+        f["cuda_graph_config"] = phases
+        if f.get("mem_fraction_static") is None:
+            reserved = 512 + max(f["chunked_prefill_size"], 2048) * 1.5 + tp * f["pp_size"] / 8 * 1024
+            reserved += self.graph_reserve_mib(mla)
+            if gpu_memory_mib > 60 * 1024:
+                reserved = max(reserved, 10 * 1024)
+            f["mem_fraction_static"] = round((gpu_memory_mib - reserved) / gpu_memory_mib, 3)
+
+    def graph_reserve_mib(self, mla=False):
+        """0.5.23 reserve_for_graph_mb (523:sglang/srt/arg_groups/memory_hook.py:357-399): decode max_bs * 2, more
+        with DP attention, and the prefill graph (MLA 1.5 GiB, else 8 MiB per captured size)."""
+        config = self._fields["cuda_graph_config"]
+        decode, prefill = config["decode"], config["prefill"]
+        reserved = 0.0
+        if decode["backend"] != "disabled":
+            reserved += decode["max_bs"] * 2
+        if self.dp_attention():
+            attn_dp = self._fields.get("attn_dp_size") or 1
+            reserved += decode["max_bs"] * attn_dp * 3
+            if decode["max_bs"] > 300:
+                reserved += decode["max_bs"] * attn_dp * 1.5
+        if prefill["backend"] != "disabled":
+            reserved += 1.5 * 1024 if mla else len(prefill["bs"]) * 8
+        return reserved
 
     def check(self):
         """ServerArgs.check_server_args, for what the lab can meet. AssertionError as in SGLang."""
@@ -185,7 +533,7 @@ class ServerArgs:
                     and not f.get("enable_mixed_chunk")), (
                 "Pipeline parallelism is not compatible with overlap schedule, speculative decoding, "
                 "mixed chunked prefill.")
-        assert not (f["dp_size"] > 1 and f["nnodes"] != 1 and not f.get("enable_dp_attention")), \
+        assert not (f["dp_size"] > 1 and f["nnodes"] != 1 and not self.dp_attention()), \
             "multi-node data parallel is not supported unless dp attention!"
         assert f.get("base_gpu_id", 0) >= 0, "base_gpu_id must be non-negative"
         assert f.get("gpu_id_step", 1) >= 1, "gpu_id_step must be positive"

@@ -34,6 +34,7 @@ class Gpu:
         self.memory_total = int(entry.get("memory_total_mib", 0)) * MIB
         self.memory_reserved = int(entry.get("memory_reserved_mib", 0)) * MIB
         self.nvlinks = int(entry.get("nvlinks", 0))
+        self.numa_node = int(entry.get("numa_node", -1))  # what nvmlDeviceGetMemoryAffinity reports
         pcie = entry.get("pcie") or {}
         gen, width = pcie.get("cur_gen"), pcie.get("cur_width")
         # payload bandwidth of the GPU's own PCIe link as trained now (a degraded link caps every transfer)
@@ -49,6 +50,7 @@ class Gpu:
 class Spec:
     def __init__(self, path, data):
         self.path = path
+        self.data = data  # as read: a node sends it to node 0 for the performance model of a multi-node server
         self.name = data.get("name", os.path.basename(path))
         self.gpus = [Gpu(i, g) for i, g in enumerate(data.get("gpus", []))]
         n = len(self.gpus)
@@ -60,6 +62,7 @@ class Spec:
         self.nvlink_pairs = {}
         for a, b, links in nvlink.get("pairs", []):
             self.nvlink_pairs[(a, b)] = self.nvlink_pairs[(b, a)] = int(links)
+        self.not_supported = set(data.get("not_supported", ["numa_node_id"]))
         p2p = data.get("p2p") or {}
         self.p2p_default = p2p.get("default", "OK")
         self.p2p_pairs = {}

@@ -3,10 +3,12 @@ import logging
 import os
 import sys
 
-SIMULATED_BANNER = (
-    "SGLang simulator 0.5.9+sim (lab): no GPU work is done; memory is registered with the fake NVML and token "
-    "timing comes from a performance model. Every number in this log is simulated."
-)
+from sglang._sim import release
+
+
+def simulated_banner():
+    return ("SGLang simulator %s (lab): no GPU work is done; memory is registered with the fake NVML and token "
+            "timing comes from a performance model. Every number in this log is simulated." % release.sim_version())
 
 
 def configure(level="info", prefix=""):

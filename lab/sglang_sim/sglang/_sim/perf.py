@@ -13,6 +13,14 @@ One decode step of a batch of m tokens through one pipeline stage of l layers on
 
 Experts touched by m tokens: E * (1 - (1 - k/E)^m), so a small batch reads few experts, a big one all.
 
+Several nodes: a pair of GPUs on different nodes talks over the network between the nodes (NET): one NIC per
+node that the node's GPUs share, at SGLANG_SIM_NET_GBPS (line rate, default 400 Gb/s, 80% of it payload) with
+SGLANG_SIM_NET_LATENCY_US per message (default 10 us), capped by the PCIe link of either GPU. A TP group that
+crosses nodes pays that latency on every ring step; a PP boundary between nodes sends the whole micro-batch's
+hidden states through the one NIC.
+
+SGLANG_SIM_LAYOUT_SPEED multiplies the throughput of named layouts: step times are divided by the factor.
+
 With pp stages SGLang splits the running batch into min(B, pp) micro-batches; each micro-batch reads the
 stage's weights again, each stage must process every micro-batch, and a token must cross every stage:
 
@@ -51,10 +59,28 @@ PP_EFFICIENCY = 0.6
 CPU_BASE = 1.5e-3  # scheduler CPU time per forward (batch preparation, sampling, output processing)
 CPU_PER_REQ = 15e-6
 ACT_BYTES = 2  # hidden states travel in bf16
+NET_GBPS = 400.0  # network between nodes: line rate of the one NIC per node (Gb/s), 400G InfiniBand/RoCE class
+NET_LATENCY_US = 10.0  # per message over the network, NCCL over IB/RoCE class
+NET_PAYLOAD = 0.8  # fraction of the line rate that carries data
+
+
+def layout_name(tp, pp=1, dp=1, ep=1):
+    """tp{tp}, then pp{pp}, dp{dp}, ep{ep} where that size is > 1: tp8, tp4pp2, tp2pp2ep2, tp4dp2."""
+    return "tp%d" % tp + "".join("%s%d" % (part, size) for part, size in (("pp", pp), ("dp", dp), ("ep", ep))
+                                 if size > 1)
+
+
+class Network:
+    """The network between nodes: per-message latency (s) and payload bandwidth (bytes/s) of a node's NIC."""
+
+    def __init__(self, gbps=NET_GBPS, latency_us=NET_LATENCY_US):
+        self.alpha = latency_us * 1e-6
+        self.bw = gbps * 1e9 / 8 * NET_PAYLOAD
 
 
 class Layout:
-    """tp, pp, dp and the NVML index of each rank's GPU: rank (d, s, t) uses gpus[d*pp*tp + s*tp + t]."""
+    """tp, pp, dp and each rank's GPU: rank (d, s, t) uses gpus[d*pp*tp + s*tp + t], an NVML index on node 0 or
+    a (node, NVML index) pair."""
 
     def __init__(self, tp, pp, dp, gpus, stage_layers, overlap=True, kv_dtype_bytes=2):
         self.tp, self.pp, self.dp = tp, pp, dp
@@ -68,12 +94,20 @@ class Layout:
         return self.gpus[base:base + self.tp]
 
 
+def _where(gpu):
+    """(node, NVML index) of a layout entry."""
+    return tuple(gpu) if isinstance(gpu, (tuple, list)) else (0, gpu)
+
+
 class PerfModel:
-    def __init__(self, model, spec, layout):
+    def __init__(self, model, spec, layout, speed=1.0, network=None):
+        """spec: the GPU spec of a single node, or {node: spec}; speed: SGLANG_SIM_LAYOUT_SPEED's factor."""
         self.model = model
-        self.spec = spec
+        self.specs = spec if isinstance(spec, dict) else {0: spec}
         self.layout = layout
-        gpu = spec.gpus[layout.gpus[0]]
+        self.speed = speed
+        self.network = network or Network()
+        gpu = self._gpu(layout.gpus[0])
         self.bw = gpu.mem_bw * BW_EFF
         self.flops = gpu.flops * FLOPS_EFF
         # one replica describes them all (the planner keeps replicas alike); the worst links count
@@ -83,14 +117,23 @@ class PerfModel:
         ]
 
     # ------------------------------------------------------------------ links
+    def _gpu(self, gpu):
+        node, index = _where(gpu)
+        return self.specs[node].gpus[index]
+
     def _link(self, a, b):
-        level = self.spec.level(a, b)
+        (node_a, a), (node_b, b) = _where(a), _where(b)
+        cap = min(self.specs[node_a].gpus[a].pcie_bw, self.specs[node_b].gpus[b].pcie_bw)
+        if node_a != node_b:
+            alpha, bw = self.network.alpha, self.network.bw
+            return ((alpha, cap), "NET/degraded") if cap < bw else ((alpha, bw), "NET")
+        spec = self.specs[node_a]
+        level = spec.level(a, b)
         if level == "NV":
             return LINKS["NV"], level
-        alpha, bw = NO_P2P if not self.spec.p2p_ok(a, b) else LINKS.get(level, LINKS["SYS"])
-        if not self.spec.p2p_ok(a, b):
+        alpha, bw = NO_P2P if not spec.p2p_ok(a, b) else LINKS.get(level, LINKS["SYS"])
+        if not spec.p2p_ok(a, b):
             level += "/no-p2p"
-        cap = min(self.spec.gpus[a].pcie_bw, self.spec.gpus[b].pcie_bw)
         if cap < bw:  # a GPU whose PCIe link trained below its maximum (gen or width)
             return (alpha, cap), level + "/degraded"
         return (alpha, bw), level
@@ -120,8 +163,10 @@ class PerfModel:
         return AR_BASE + 2 * (n - 1) * alpha + 2 * (n - 1) / n * size / bw
 
     def transfer(self, size, boundary):
-        alpha, bw, _ = self.boundary_links[boundary]
-        return AR_BASE + alpha + size / self.layout.tp / bw
+        alpha, bw, levels = self.boundary_links[boundary]
+        # each GPU pair carries its share; over the network the pairs share the node's one NIC
+        share = 1 if any(level.startswith("NET") for level in levels) else self.layout.tp
+        return AR_BASE + alpha + size / share / bw
 
     # ------------------------------------------------------------------ compute
     def _experts_touched(self, tokens):
@@ -169,13 +214,13 @@ class PerfModel:
         if lay.pp == 1:
             gpu = self._stage(0, batch, ctx_tokens)
             cpu = self._cpu(batch)
-            return max(gpu, cpu) if lay.overlap else gpu + cpu
+            return (max(gpu, cpu) if lay.overlap else gpu + cpu) / self.speed
         n_mb = min(batch, lay.pp)
         m = math.ceil(batch / n_mb)
         ctx_mb = ctx_tokens / n_mb
         stages = [self._stage(s, m, ctx_mb) / PP_EFFICIENCY + self._cpu(m) for s in range(lay.pp)]
         xfer = sum(self.transfer(m * self.model.hidden * ACT_BYTES, b) for b in range(lay.pp - 1))
-        return max(sum(stages) + xfer, n_mb * max(stages))
+        return max(sum(stages) + xfer, n_mb * max(stages)) / self.speed
 
     def prefill(self, tokens, requests=1):
         """Seconds to prefill `tokens` new prompt tokens of `requests` requests (first output token included)."""
@@ -186,12 +231,14 @@ class PerfModel:
         eff = PP_EFFICIENCY if lay.pp > 1 else 1.0
         t = sum(self._stage(s, tokens, tokens / 2) / eff + self._cpu(requests) for s in range(lay.pp))
         t += sum(self.transfer(tokens * self.model.hidden * ACT_BYTES, b) for b in range(lay.pp - 1))
-        return t
+        return t / self.speed
 
     def describe(self):
         lay = self.layout
         return {
             "model": "simulated performance model (lab); see the simulator README",
+            "layout_speed": self.speed,
+            "nodes": len({_where(g)[0] for g in lay.gpus}),
             "gpu_memory_bandwidth_effective": self.bw,
             "gpu_flops_effective": self.flops,
             "tp_group_links": [links for _, _, links in self.stage_links],

@@ -1,4 +1,5 @@
-"""SGLang 0.5.9's HTTP API over the simulated engine (stdlib http.server, one thread per connection).
+"""SGLang's HTTP API over the simulated engine (stdlib http.server, one thread per connection), as the release
+in sglang.version serves it (0.5.9's or 0.5.23's answers where they differ; docs/sglang-versions.md).
 
 Routes, status codes and bodies follow sglang/srt/entrypoints/http_server.py: /health and /health_generate
 answer 503 while starting or draining and otherwise wait for any engine output after a 1-token health request
@@ -15,11 +16,10 @@ import threading
 import time
 import uuid
 
-from sglang._sim import logutil
+from sglang._sim import logutil, release
 from sglang._sim.engine import GenRequest
 
 logger = logging.getLogger("sglang.srt.entrypoints.http_server")
-VERSION = "0.5.9+sim"
 INTERNAL_HEADER = "X-SGLang-Sim-Internal"
 
 
@@ -48,6 +48,7 @@ class State:
         self.generation_requests = 0
         self.lock = threading.Lock()
         self.after_generation = None  # callback(count) once a user generation request is answered
+        self.startup_time = None  # 0.5.23 /server_info: the ranks' start-up durations
 
 
 def count_tokens(text):
@@ -129,9 +130,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def authorized(self, path):
         args = self.state.args
-        if path.startswith("/health") or path.startswith("/metrics"):
-            return True
-        admin = path == "/flush_cache"
+        if path.startswith(("/health", "/metrics")) or (path.startswith("/ready") and release.at_least("0.5.23")):
+            return True  # open to probes (523:sglang/srt/utils/auth.py:101-106)
+        admin = path in ("/flush_cache", "/freeze_gc")  # ADMIN_OPTIONAL: the admin key when set, else the API key
         key = args.admin_api_key if (admin and args.admin_api_key) else args.api_key
         if not key:
             return True
@@ -157,6 +158,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         route = ROUTES.get(path)
         if route is None and path.startswith("/v1/models/"):
             route = ROUTES["/v1/models/{model}"]
+        if path in SINCE and not release.at_least(SINCE[path]):
+            route = None
         try:
             if route is None:
                 self.send_json(404, {"detail": "Not Found"})
@@ -211,10 +214,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         st = self.state
         self.send_json(200, {
             "model_path": st.args.model_path,
+            **({"served_model_name": st.args.served_model_name} if release.at_least("0.5.23") else {}),
             "tokenizer_path": st.args.tokenizer_path,
             "is_generation": True,
             "preferred_sampling_params": st.args.preferred_sampling_params,
             "weight_version": st.args.weight_version,
+            # 0.5.23 adds these (523:sglang/srt/entrypoints/http_server.py:812-850)
+            **({key: st.args.get(key) for key in ("load_format", "reasoning_parser", "tool_call_parser",
+                                                   "disaggregation_mode")} if release.at_least("0.5.23") else {}),
             "has_image_understanding": False,
             "has_audio_understanding": False,
             "model_type": st.model.model_type,
@@ -222,6 +229,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         })
 
     def server_info(self):
+        """0.5.9: dataclasses.asdict(server_args) + scheduler_info + internal_states + version
+        (59:sglang/srt/entrypoints/http_server.py:583-610). 0.5.23: the resolved fields + launch_command +
+        scheduler_info + kv_events + startup_time + internal_states + version + frontend, only the watermark
+        secrets redacted (523:http_server.py:853-895, 523:sglang/srt/utils/common.py:3584-3593): api_key and the
+        launch command (a --config file's options included) come back in clear in both."""
         if self.path.startswith("/get_server_info"):
             logger.warning("Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
                            "Please use '/server_info' instead.")
@@ -233,12 +245,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "memory_usage": st.scheduler_info["memory_usage"],
             "effective_max_running_requests_per_dp": st.engine.max_running,
         })
-        self.send_json(200, dict(args, **{
+        info = dict(args)
+        if release.at_least("0.5.23"):
+            info["launch_command"] = st.args.launch_command
+        info.update({
             "status": "ready",
             "max_total_num_tokens": st.scheduler_info["max_total_num_tokens"],
             "max_req_input_len": st.scheduler_info["max_req_input_len"],
-            "internal_states": [internal],
-            "version": VERSION,
+        })
+        if release.at_least("0.5.23"):
+            info.update({"kv_events": None, "startup_time": st.startup_time})
+        info.update({"internal_states": [internal], "version": release.sim_version()})
+        if release.at_least("0.5.23"):
+            info["frontend"] = "python"
+            for key in ("watermark_key", "watermark_key_b", "watermark_config"):
+                if info.get(key) is not None:
+                    info[key] = "<redacted>"
+        info.update({
             "simulated": True,
             "simulation": {
                 "time_scale": st.time_scale,
@@ -246,7 +269,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 "model": st.model.summary(),
                 "fault": os.environ.get("SGLANG_SIM_FAULT") or None,
             },
-        }))
+        })
+        self.send_json(200, info)
+
+    def ready(self):
+        """0.5.23 /ready: 200 once the server is up and not shutting down, else 503 (523:http_server.py:713-718)."""
+        st = self.state
+        self.send_empty(200 if st.status == "up" and not st.draining else 503)
+
+    def freeze_gc(self):
+        """/freeze_gc (GET or POST, admin key optional): 0.5.23's warmup calls it (523:http_server.py:1254-1264)."""
+        self.send_bytes(200, b"Garbage collection frozen.\n", "text/plain; charset=utf-8")
 
     def models(self):
         st = self.state
@@ -338,6 +371,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def generate(self):
         body = self.read_json()
+        if release.at_least("0.5.23"):
+            problem = contract_error(body)
+            if problem is not None:
+                self.send_json(400, {"error": problem})
+                return
         prompt_tokens = self._prompt(body)
         params = body.get("sampling_params") or {}
         max_new = params.get("max_new_tokens", 128)
@@ -458,6 +496,65 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self._openai(chat=True)
 
 
+def _unexpected(value):
+    """serde's `Unexpected` display (523:sglang/api/v1/api_types.py:31-47)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean `%s`" % ("true" if value else "false")
+    if isinstance(value, int):
+        return "integer `%d`" % value
+    if isinstance(value, float):
+        return "floating point `%r`" % value
+    if isinstance(value, str):
+        return 'string "%s"' % value
+    return "sequence" if isinstance(value, list) else "map" if isinstance(value, dict) else type(value).__name__
+
+
+def contract_error(body):
+    """0.5.23's JSON contract check of a /generate body, for the fields the lab's clients send: the schema's own
+    text, answered as 400 {"error": ...} (523:sglang/entrypoints/api_contract.py, 523:sglang/api/v1/api_types.py:
+    decode_GenerateRequest, decode_StringOrList, decode_TokenIdsOrList, decode_SamplingParams)."""
+    def bad(value, expected):
+        return "invalid type: %s, expected %s" % (_unexpected(value), expected)
+
+    def is_int(value):
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    for key in ("rid", "text"):
+        value = body.get(key)
+        if value is None:
+            continue
+        if isinstance(value, list):
+            for item in value:
+                if not isinstance(item, str):
+                    return bad(item, "a string")
+        elif not isinstance(value, str):
+            return bad(value, "a value or an array of values for StringOrList")
+    ids = body.get("input_ids")
+    if ids is not None:
+        if not isinstance(ids, list):
+            return bad(ids, "a value or an array of values for TokenIdsOrList")
+        flat = not ids or (isinstance(ids[0], (int, float)) and not isinstance(ids[0], bool))
+        for row in [ids] if flat else ids:
+            if not isinstance(row, list):
+                return bad(row, "a sequence")
+            for item in row:
+                if not is_int(item):
+                    return bad(item, "i64")
+    if body.get("stream") is not None and not isinstance(body["stream"], bool):
+        return bad(body["stream"], "a boolean")
+    params = body.get("sampling_params")
+    if params is not None:
+        for one in params if isinstance(params, list) else [params]:
+            if not isinstance(one, dict):
+                return bad(one, "a value or an array of values for SamplingParamsOrList" if one is params else
+                           "struct SamplingParams")
+            if one.get("max_new_tokens") is not None and not is_int(one["max_new_tokens"]):
+                return bad(one["max_new_tokens"], "i64")
+    return None
+
+
 ROUTES = {
     "/health": (("GET",), Handler.health),
     "/health_generate": (("GET",), Handler.health),
@@ -468,11 +565,16 @@ ROUTES = {
     "/v1/models": (("GET",), Handler.models),
     "/v1/models/{model}": (("GET",), Handler.models),
     "/flush_cache": (("GET", "POST"), Handler.flush_cache),
+    "/freeze_gc": (("GET", "POST"), Handler.freeze_gc),
+    "/ready": (("GET",), Handler.ready),
     "/metrics": (("GET",), Handler.metrics),
     "/generate": (("POST", "PUT"), Handler.generate),
     "/v1/completions": (("POST",), Handler.completions),
     "/v1/chat/completions": (("POST",), Handler.chat_completions),
 }
+
+
+SINCE = {"/ready": "0.5.23"}  # routes a release added
 
 
 def render_metrics(st):
@@ -481,10 +583,11 @@ def render_metrics(st):
     name = st.args.served_model_name
     labels = 'model_name="%s"' % name
     capacity = st.scheduler_info["max_total_num_tokens"]
-    lines = ["# SGLang simulator %s (lab): every value below is simulated." % VERSION,
+    version = release.sim_version()
+    lines = ["# SGLang simulator %s (lab): every value below is simulated." % version,
              "# HELP sglang_sim_info The server is the lab's SGLang simulator.",
              "# TYPE sglang_sim_info gauge",
-             'sglang_sim_info{version="%s",%s} 1' % (VERSION, labels)]
+             'sglang_sim_info{version="%s",%s} 1' % (version, labels)]
 
     def gauge(metric, value, help_text):
         lines.extend(["# HELP sglang:%s %s (simulated)" % (metric, help_text), "# TYPE sglang:%s gauge" % metric,
@@ -526,3 +629,77 @@ class HTTPServer(http.server.ThreadingHTTPServer):
             self.address_family = socket.AF_INET6
         self.state = state
         super().__init__((host, port), Handler)
+
+
+# ---------------------------------------------------------------------------------------------- node_rank >= 1
+class DummyHandler(http.server.BaseHTTPRequestHandler):
+    """sglang.srt.utils.common.launch_dummy_health_check_server: GET /ping, /health, /health_generate answer 200
+    with an empty body (and /metrics with --enable-metrics); FastAPI's 404 / 405 for anything else. Uvicorn runs
+    it at log level "warning": no access lines."""
+    protocol_version = "HTTP/1.1"
+    server_version = "uvicorn"
+    sys_version = ""
+
+    def log_message(self, format, *args):  # noqa: A002 - http.server's signature
+        pass
+
+    def reply(self, status, body=b"", content_type=None):
+        self.send_response_only(status)
+        self.send_header("date", self.date_time_string())
+        self.send_header("server", "uvicorn")
+        if content_type:
+            self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def dispatch(self, method):
+        path = self.path.split("?", 1)[0]
+        routes = ("/ping", "/health", "/health_generate") + (("/metrics",) if self.server.enable_metrics else ())
+        if path not in routes:
+            self.reply(404, b'{"detail":"Not Found"}', "application/json")
+        elif method != "GET":
+            self.reply(405, b'{"detail":"Method Not Allowed"}', "application/json")
+        elif path == "/metrics":
+            body = ("# SGLang simulator %s (lab): dummy health check server of a node with --node-rank >= 1.\n"
+                    "sglang_sim_info{version=\"%s\"} 1\n" % ((release.sim_version(),) * 2)).encode()
+            self.reply(200, body, "text/plain; version=0.0.4; charset=utf-8")
+        else:
+            self.reply(200)
+
+    def do_GET(self):
+        self.dispatch("GET")
+
+    def do_POST(self):
+        self.dispatch("POST")
+
+
+class DummyServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, host, port, enable_metrics):
+        if ":" in host:
+            self.address_family = socket.AF_INET6
+        self.enable_metrics = enable_metrics
+        super().__init__((host, port), DummyHandler)
+
+
+def start_dummy_health_server(host, port, enable_metrics):
+    """A daemon thread serving DummyHandler on host:port; a bind failure ends the thread, not the node."""
+    common = logging.getLogger("sglang.srt.utils.common")
+
+    def run():
+        try:
+            try:
+                httpd = DummyServer(host, port, enable_metrics)
+            except OSError as err:  # uvicorn logs this and exits its server (SystemExit ends the thread)
+                logging.getLogger("uvicorn.error").error(
+                    "[Errno %s] error while attempting to bind on address (%r, %d): %s", err.errno, host, port,
+                    (err.strerror or str(err)).lower())
+                return
+            httpd.serve_forever(poll_interval=0.5)
+        finally:
+            common.info("Dummy health check server stopped at %s:%s", host, port)
+
+    threading.Thread(target=run, name="health-check-server", daemon=True).start()
+    common.info("Dummy health check server started in background thread at %s:%s", host, port)

@@ -60,11 +60,18 @@ def construction_error(model, tp_size, pp_size, attn_tp_size, partition):
 
 
 def kv_dtype_bytes(kv_cache_dtype):
-    if kv_cache_dtype in ("fp8_e5m2", "fp8_e4m3"):
+    if kv_cache_dtype in ("fp8_e5m2", "fp8_e4m3", "mxfp8"):
         return 1
-    if kv_cache_dtype == "fp4_e2m1":
+    if kv_cache_dtype in ("fp4_e2m1", "nvfp4", "fp4_mx_block16"):
         return 0.5
     return 2
+
+
+def kv_dtype_name(kv_cache_dtype):
+    """The torch dtype 0.5.23's `KV Cache is allocated. dtype: ...` line names (the FP4 kinds are stored packed)."""
+    return {"fp8_e5m2": "torch.float8_e5m2", "fp8_e4m3": "torch.float8_e4m3fn", "mxfp8": "torch.float8_e4m3fn",
+            "fp4_e2m1": "torch.uint8", "nvfp4": "torch.uint8", "fp4_mx_block16": "torch.uint8"}.get(
+                kv_cache_dtype, "torch.bfloat16")
 
 
 def oom_message(ordinal, total, free, in_use, request):
@@ -80,6 +87,14 @@ def oom_message(ordinal, total, free, in_use, request):
     )
 
 
+def unbalanced_message(min_per_gpu, local):
+    """model_runner.init_torch_distributed's text (bytes in, GB out) when the world's minimum free memory is
+    below 90% of this GPU's."""
+    return ("The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
+            "min_per_gpu_memory={}, local_gpu_memory={}, local_gpu_memory * 0.9={}".format(
+                min_per_gpu / GIB, local / GIB, local / GIB * 0.9))
+
+
 def memory_plan(total, reserved, others, weights, mem_fraction_static, world_avail, tp_size, cell_bytes,
                 max_total_tokens=None):
     """What happens to one rank's memory, SGLang 0.5.9's way (model_runner and its KV cache mixin).
@@ -92,10 +107,7 @@ def memory_plan(total, reserved, others, weights, mem_fraction_static, world_ava
     plan = {"avail_before": avail, "weights": weights, "context": CUDA_CONTEXT_BYTES, "error": None,
             "kv_bytes": 0, "max_total_num_tokens": 0}
     if tp_size > 1 and min(world_avail) < avail * 0.9:
-        msg = "The memory capacity is unbalanced. Some GPUs may be occupied by other processes. "
-        msg += "min_per_gpu_memory={}, local_gpu_memory={}, local_gpu_memory * 0.9={}".format(
-            min(world_avail) / GIB, avail / GIB, avail / GIB * 0.9)
-        plan["error"] = ("init", "RuntimeError", msg)
+        plan["error"] = ("init", "RuntimeError", unbalanced_message(min(world_avail), avail))
         return plan
     after_weights = avail - CUDA_CONTEXT_BYTES - weights
     plan["avail_after_weights"] = after_weights
@@ -126,6 +138,10 @@ def max_running_requests(max_total_num_tokens, context_len, requested, dp_size=1
     return max(min(max_total_num_tokens // 2, pool), 1)
 
 
-def graph_bytes(cuda_graph_max_bs):
-    """Memory CUDA graph capture takes from the slack left by mem_fraction_static."""
-    return int(256 * MIB + cuda_graph_max_bs * 2 * MIB)
+def graph_bytes(phase, sizes, mla=False):
+    """Memory one CUDA graph's capture takes from the slack left by mem_fraction_static: the decode graph 256 MiB +
+    2 MiB per batch size up to the largest; 0.5.23's prefill graph what SGLang reserves for it (MLA 1.5 GiB, else
+    8 MiB per captured size, 523:sglang/srt/arg_groups/memory_hook.py:383-390)."""
+    if phase == "prefill":
+        return int(1.5 * 1024 * MIB if mla else len(sizes) * 8 * MIB)
+    return int(256 * MIB + max(sizes or [0]) * 2 * MIB)

@@ -1,0 +1,30 @@
+#!/usr/bin/env python3
+"""How well the planner ranks published, measured layouts: tests/calibration/ replayed through the planner.
+
+    .venv/bin/python bench/calibration.py
+
+Prints, per case, the measured and the planned order, then the totals with the committed constants (winner
+agreement: the planner's top measured layout is the winner or within 5% of it; pairwise order; the median
+|log ratio error|, which is plan_perf.MODEL_ERROR) and leave-one-out (the constants refitted without each case,
+then that case predicted). Goals: winner >= 85%, pairs >= 90%, leave-one-out no more than 10 points lower.
+Exits 1 when a goal is missed. tools/calibration.py --fit --write refits the constants.
+"""
+import datetime
+import sys
+
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils import calibration
+
+
+def main():
+    cases = calibration.load_cases()
+    print("calibration set: %d cases, %d GPU kinds, %s" % (
+        len(cases), len({c["hardware"]["gpu"] for c in cases}), datetime.date.today().isoformat()))
+    report = calibration.run(do_fit=False, loo=True)
+    ok = (report["winner"] >= 0.85 and report["pairs"] >= 0.90
+          and report["winner"] - report["loo_winner"] <= 0.10 and report["pairs"] - report["loo_pairs"] <= 0.10)
+    print("goals (winner >= 85%%, pairs >= 90%%, leave-one-out within 10 points): %s" % ("met" if ok else "NOT MET"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
