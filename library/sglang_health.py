@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module sglang_wait: watch a starting SGLang unit for a chunk; verify it once ready (logic in module_utils)."""
+"""Ansible module sglang_health (was sglang_wait): follow a starting SGLang unit, verify it once ready (logic in module_utils)."""
 
 DOCUMENTATION = r"""
 module: sglang_health

@@ -1,6 +1,6 @@
 """Wait for a starting SGLang unit, one chunk at a time, and say how far it got.
 
-`wait_chunk(...)` is the logic of the `sglang_wait` module. Each call watches the unit for at most `chunk_s`
+`wait_chunk(...)` is the wait of the `sglang_health` module. Each call watches the unit for at most `chunk_s`
 seconds and returns as soon as something worth printing happened:
 
 - `ready`: the port accepts connections and the journal of this start has SGLang's ready line;

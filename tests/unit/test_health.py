@@ -1,4 +1,4 @@
-"""sglang_wait: milestones from SGLang's log lines, a dead unit fails at once with its error lines, timeouts; once
+"""sglang_health (health.py and the module): milestones from SGLang's log lines, a dead unit fails at once with its error lines, timeouts; once
 ready the server is verified (/health, /model_info, /generate) and its plan recorded as the last known good one.
 
 systemctl and journalctl are replaced by a scripted `run` (a list of states the unit goes through), the server's

@@ -1,4 +1,4 @@
-"""sglang_service logic: preconditions, the replace decision, file writes and modes, systemctl sequencing,
+"""sglang_launch (launch.py and the module): preconditions, the replace decision, file writes and modes, systemctl sequencing,
 check mode, idempotence, a failed start, secrets kept out of the module's output.
 
 systemctl and journalctl are a scripted fake (`Systemd`); files go to a tmp dir, owned by the user running the tests.
