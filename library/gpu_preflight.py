@@ -83,7 +83,7 @@ options:
     description: C(ansible_facts.gpu_topology), for the expectation of each pair's link (slow P2P findings).
     type: dict
 author:
-  - topolaunch
+  - topolaunch project (@topolaunch)
 """
 
 EXAMPLES = r"""

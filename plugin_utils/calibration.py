@@ -37,19 +37,20 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 TIE = 0.05
 # What the fit may move: bounds, and the prior (the physically expected value and how far, in log terms, the
 # fit may pull it: a least-squares fit with a prior, so that a few cases cannot drag a constant anywhere).
+# key: (lower bound, upper bound, prior, log width)
 FIT = {
-    #  key            lower  upper   prior  log width
-    "gemm":         (0.2, 0.95, 0.70, 0.3),
-    "attention":    (0.1, 0.9, 0.50, 0.5),
-    "memory":       (0.4, 0.95, 0.80, 0.2),
-    "layer_us":     (2.0, 400.0, 20.0, 1.5),
+    "gemm": (0.2, 0.95, 0.70, 0.3),
+    "attention": (0.1, 0.9, 0.50, 0.5),
+    "memory": (0.4, 0.95, 0.80, 0.2),
+    "layer_us": (2.0, 400.0, 20.0, 1.5),
     "eager_factor": (1.0, 20.0, 4.0, 1.0),
-    "step_ms":      (0.1, 30.0, 1.5, 1.5),
-    "request_us":   (0.5, 200.0, 12.0, 1.5),
-    "shard_width":  (16.0, 2048.0, 256.0, 1.5),
-    "ep_skew":      (0.01, 1.0, 0.15, 1.5),
+    "step_ms": (0.1, 30.0, 1.5, 1.5),
+    "request_us": (0.5, 200.0, 12.0, 1.5),
+    "shard_width": (16.0, 2048.0, 256.0, 1.5),
+    "ep_skew": (0.01, 1.0, 0.15, 1.5),
 }
 PRIOR_WEIGHT = 4.0
+
 
 def load_cases(path=None):
     with open(path or ROOT / "tests" / "calibration" / "cases.yml", encoding="utf-8") as f:
@@ -133,7 +134,7 @@ def totals(cases, eff):
     w = r = t = 0
     errors = []
     for entries in cases:
-        winner, right, total, errs, _ = score_case(entries, eff)
+        winner, right, total, errs = score_case(entries, eff)[:4]
         w += winner
         r += right
         t += total
@@ -144,7 +145,7 @@ def totals(cases, eff):
 def priors():
     """The efficiencies at their physically expected values (where every fit starts)."""
     eff = dict(plan_perf.EFFICIENCY)
-    eff.update({k: p0 for k, (_, _, p0, _) in FIT.items()})
+    eff.update({k: bounds[2] for k, bounds in FIT.items()})
     return eff
 
 
@@ -155,7 +156,7 @@ def objective(cases, eff):
     s = totals(cases, eff)
     wrong = (s["cases"] - s["winner"]) + (s["pairs"] - s["pairs_right"])
     misfit = sum(s["errors"]) / max(1, len(s["errors"]))
-    prior = sum(abs(math.log(eff[k]) - math.log(p0)) / width for k, (_, _, p0, width) in FIT.items())
+    prior = sum(abs(math.log(eff[k]) - math.log(bounds[2])) / bounds[3] for k, bounds in FIT.items())
     return wrong + 0.5 * misfit + PRIOR_WEIGHT * prior
 
 
@@ -165,9 +166,9 @@ def fit(cases, start=None, rounds=3, points=13):
     counts make."""
     eff = dict(start or priors())
     best = objective(cases, eff)
-    for _ in range(rounds):
+    for _round in range(rounds):
         moved = False
-        for key, (lo, hi, _, _) in FIT.items():
+        for key, (lo, hi) in ((k, b[:2]) for k, b in FIT.items()):
             for k in range(points):
                 trial = dict(eff)
                 trial[key] = lo * (hi / lo) ** (k / (points - 1.0))
@@ -199,12 +200,12 @@ def run(do_fit=False, loo=True, out=sys.stdout):
                                 "predicted": {e["layout"]: p for e, p in zip(entries, preds)},
                                 "refused": {e["layout"]: e["refused"] for e in entries if e["refused"]},
                                 "measured_order": measured_order, "planned_order": planned_order})
+        planned = " > ".join("%s %s" % (entries[k]["layout"], ("%.0f" if preds[k] >= 10 else "%.3g") % preds[k])
+                             for k in sorted(range(len(entries)), key=lambda k: -preds[k]))
+        refused = [e["layout"] for e in entries if e["refused"]]
         print("%-3s %-44s measured %-40s planned %s%s" % (
-            "ok" if winner else "MISS", case["id"], " > ".join(measured_order), " > ".join(
-                "%s %s" % (entries[k]["layout"], ("%.0f" if preds[k] >= 10 else "%.3g") % preds[k]) for k in sorted(range(len(entries)),
-                                                                           key=lambda k: -preds[k])),
-            "" if not any(e["refused"] for e in entries) else "  (refused by SGLang 0.5.9's rules: %s)" % ", ".join(
-                e["layout"] for e in entries if e["refused"])), file=out)
+            "ok" if winner else "MISS", case["id"], " > ".join(measured_order), planned,
+            "  (refused by SGLang 0.5.9's rules: %s)" % ", ".join(refused) if refused else ""), file=out)
     s = totals(cases, eff)
     report["winner"] = s["winner"] / float(s["cases"])
     report["pairs"] = s["pairs_right"] / float(s["pairs"])
@@ -217,7 +218,7 @@ def run(do_fit=False, loo=True, out=sys.stdout):
         for k, entries in enumerate(cases):
             others = cases[:k] + cases[k + 1:]
             eff_k = fit(others, start=eff)
-            winner, right, total, _, _ = score_case(entries, eff_k)
+            winner, right, total = score_case(entries, eff_k)[:3]
             w, r, t = w + winner, r + right, t + total
             report["cases"][k]["loo"] = {"winner_right": winner, "pairs_right": right,
                                          "changed": {key: round(v, 3) for key, v in eff_k.items()
@@ -260,5 +261,3 @@ def main(argv=None):
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(report, f, indent=1, default=str)
     return 0
-
-

@@ -24,7 +24,7 @@ def mask(cpulist, words):
     """"0-3,8" -> list of 64-bit words with those bits set."""
     out = [0] * words
     for part in filter(None, cpulist.split(",")):
-        lo, _, hi = part.partition("-")
+        lo, _sep, hi = part.partition("-")
         for cpu in range(int(lo), int(hi or lo) + 1):
             out[cpu // 64] |= 1 << (cpu % 64)
     return out
@@ -64,7 +64,7 @@ def synthesize(spec, processes=None):
     for i, g in enumerate(gpus):
         h = {"handle": i}
         total = g["memory_total_mib"] * MIB
-        held = sum(b for _, b in processes.get(i, []))
+        held = sum(size for _pid, size in processes.get(i, []))
         used = g.get("memory_reserved_mib", 0) * MIB + held
         ans("nvmlDeviceGetHandleByIndex", i, result=h)
         ans("nvmlDeviceGetName", h, result=g["name"])
@@ -118,20 +118,6 @@ def synthesize(spec, processes=None):
             for index, answer in enumerate(answers):
                 ans("nvmlDeviceGetP2PStatus", h, {"handle": j}, index, result=answer)
     return {"meta": {"synthesized_from": spec["name"]}, "calls": calls}
-
-
-def load_spec(name):
-    return json.loads((SPECS / (name + ".json")).read_text())
-
-
-def make_sysfs(tmp_path, spec):
-    """A sysfs tree with numa_node per GPU as the spec says sysfs reads."""
-    root = tmp_path / "sysfs"
-    for g in spec["gpus"]:
-        d = root / "bus" / "pci" / "devices" / topology.sysfs_bus_id(g["pci_bus_id"])
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "numa_node").write_text("%d\n" % g.get("sysfs_numa_node", g["numa_node"]))
-    return str(root)
 
 
 def make_sysfs(tmp_path, spec):

@@ -561,7 +561,7 @@ def balanced_partition(layer_costs, last_extra, pp):
 
     lo, hi = max(layer_costs), sum(layer_costs) + last_extra
     best = fill(hi)
-    for _ in range(50):
+    for _step in range(50):
         mid = (lo + hi) / 2.0
         counts = fill(mid)
         if counts:
@@ -623,8 +623,8 @@ def _try_balanced_partition(ctx, c, out, gpu_bytes, defaults):
     split = balanced_partition(layer_costs, last_extra, pp)
     if not split or split == out["partition"]:
         return
-    memory, _ = memory_estimate(model, c["tp"], split, gpu_bytes, defaults["mem_fraction_static"], ctx.kv_bytes,
-                                c.get("attn_dp", 1))
+    memory = memory_estimate(model, c["tp"], split, gpu_bytes, defaults["mem_fraction_static"], ctx.kv_bytes,
+                             c.get("attn_dp", 1))[0]
     if not memory["fits"]:
         return
     memory["mem_fraction_source"] = out["memory"]["mem_fraction_source"]
@@ -682,8 +682,8 @@ def comparable_workload(record, workload):
     def near(a, b):
         return isinstance(a, (int, float)) and not isinstance(a, bool) and abs(a - b) <= 0.1 * b
 
-    return (record.get("max_concurrency") == workload["concurrency"] and near(record.get("input_len"),
-                                                                               workload["input_len"])
+    return (record.get("max_concurrency") == workload["concurrency"]
+            and near(record.get("input_len"), workload["input_len"])
             and near(record.get("output_len"), workload["output_len"]))
 
 
