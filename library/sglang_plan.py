@@ -94,9 +94,15 @@ options:
     type: list
     elements: int
   pp_layer_partition:
-    description: Layers per PP stage; default SGLang's own split.
+    description: Layers per PP stage; default SGLang's own split, or one balanced by layer cost when faster.
     type: list
     elements: int
+  workload:
+    description:
+      - What the server will serve, for the performance model's estimate and for which measurements rank
+        (those at the same concurrency with lengths within 10%).
+      - Keys C(input_len), C(output_len), C(concurrency), positive integers; default 1024, 1024, 128.
+    type: dict
   sglang_python:
     description: SGLang venv python for the printed command line (default /opt/sglang/venvs/<version>/bin/python).
     type: str
@@ -188,6 +194,7 @@ ARGUMENT_SPEC = {
     "measured": {"type": "list", "elements": "dict", "default": []},
     "gpus": {"type": "list", "elements": "int"},
     "pp_layer_partition": {"type": "list", "elements": "int"},
+    "workload": {"type": "dict"},
     "sglang_python": {"type": "str"},
     "sysfs_root": {"type": "path", "default": "/sys"},
     "results_dir": {"type": "path"},
