@@ -6,10 +6,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(PATH)
+# The collection topolaunch.sglang: a view of the repository (symlinks), built dereferenced into build/.
+COLLECTION := collections/ansible_collections/topolaunch/sglang
+VERSION := $(shell sed -n 's/^version: *//p' $(COLLECTION)/galaxy.yml)
+TARBALL := build/topolaunch-sglang-$(VERSION).tar.gz
+INSTALLED := build/install/ansible_collections/topolaunch/sglang
 
-.PHONY: setup lock sglang-wheel sglang-flags fakenvml repo lab-up lab-down lab-status demo test lint unit molecule lab-tests bench clean
+.PHONY: setup pth lock sglang-wheel sglang-flags fakenvml repo lab-up lab-down lab-status demo test lint unit collection \
+	sanity collection-test molecule lab-tests bench clean
 
-setup: $(VENV)/.installed ## controller venv with the pinned requirements
+setup: $(VENV)/.installed pth ## controller venv with the pinned requirements, collections/ on its path
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "python 3.11+ needed, got " + sys.version'
@@ -17,6 +23,10 @@ $(VENV)/.installed: requirements.txt
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.txt
 	touch $@
+
+pth: $(VENV)/.installed ## put collections/ on the venv's path: tools and tests import ansible_collections.topolaunch.sglang.*
+	$(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+	  | { read -r site; echo "$(CURDIR)/collections" > "$$site/topolaunch-collection.pth"; }
 
 lock: ## regenerate requirements.txt from requirements.in
 	rm -rf build/lockvenv && $(PYTHON) -m venv build/lockvenv
@@ -47,14 +57,40 @@ lab-status:
 demo: setup lab-up ## set everything up and run deploy.yml on the lab
 	$(BIN)/ansible-playbook deploy.yml
 
-test: lint unit molecule lab-tests ## everything CI runs
+test: lint unit collection-test sanity molecule lab-tests ## everything CI runs
 
 lint: setup
 	$(BIN)/yamllint --strict .
 	$(BIN)/ansible-lint --profile production
 
 unit: setup fakenvml sglang-wheel
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q tests/unit tests/sim
+
+collection: setup ## build/topolaunch-sglang-<version>.tar.gz (and the collection installed from it in build/install)
+	rm -rf build/collection build/install $(TARBALL)
+	mkdir -p build/collection
+	cp -rL $(COLLECTION)/. build/collection/
+	find build/collection -name __pycache__ -prune -exec rm -rf {} +
+	$(BIN)/ansible-galaxy collection build --output-path build build/collection >/dev/null
+	ANSIBLE_COLLECTIONS_PATH=$(CURDIR)/build/install ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=false \
+	  $(BIN)/ansible-galaxy collection install --no-deps --force -p build/install $(TARBALL) >/dev/null
+	@echo "built $(TARBALL), installed in $(INSTALLED)"
+
+collection-test: collection fakenvml sglang-wheel ## the built collection: an outside playbook, then the unit tests on it
+	$(BIN)/pytest -q tests/collection
+	PYTHONPATH=$(CURDIR)/build/install TOPOLAUNCH_TEST_COLLECTION=$(CURDIR)/$(INSTALLED) $(BIN)/pytest -q tests/unit
+
+# ansible-test lists a collection's files with git when it is in a git tree: the installed copy gets its own.
+# It bootstraps pip in its venvs with a get-pip.py from ci-files.testing.ansible.com; offline, .ci/get_pip_offline.py
+# stands in (under the name it caches the real one).
+ANSIBLE_TEST_PIP := $(shell sed -n "s/^ *pip='\(.*\)',/\1/p" \
+	$(VENV)/lib/python3*/site-packages/ansible_test/_internal/python_requirements.py 2>/dev/null | head -1)
+sanity: collection ## ansible-test sanity in the installed collection (its own venvs, no Docker)
+	cache=$$HOME/.ansible/test/cache/get_pip_$(subst .,_,$(ANSIBLE_TEST_PIP)).py; \
+	  if [ ! -s "$$cache" ] && ! curl -sfm 10 -o /dev/null https://ci-files.testing.ansible.com/; then \
+	    mkdir -p "$$(dirname "$$cache")" && cp .ci/get_pip_offline.py "$$cache"; fi
+	cd $(INSTALLED) && git init -q . && echo /tests/output/ > .git/info/exclude && git add -A
+	cd $(INSTALLED) && $(CURDIR)/$(BIN)/ansible-test sanity --venv --python 3.11 --color no
 
 molecule: setup repo
 	cd tests && $(CURDIR)/$(BIN)/molecule test --all

@@ -10,13 +10,9 @@ then that case predicted). Goals: winner >= 85%, pairs >= 90%, leave-one-out no 
 Exits 1 when a goal is missed. tools/calibration.py --fit --write refits the constants.
 """
 import datetime
-import pathlib
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-
-import calibration  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils import calibration
 
 
 def main():

@@ -20,9 +20,8 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "module_utils"))
 
-from topolaunch import planner, topology  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.topolaunch.sglang.plugins.module_utils import planner, topology
 
 TARGETS_S = {"8 GPUs": 0.050, "8 nodes x 8 GPUs": 1.0}
 

@@ -5,7 +5,8 @@
 
 Boots (or reuses) the private sweep lab host of tests/lab/sweeplab.py (field spec), provisions it, runs
 playbooks/sweep.yml over the layouts into a temporary results directory, and prints per layout:
-  wall     the layout's whole turn in the sweep (plan, cleanup, launch, health, bench, recording), and per stage
+  wall     the layout's whole turn in the sweep (plan, relaunch: validate, cleanup, launch, health; bench, recording),
+           and per stage
   load     the server's own start: unit start until ready (health's measure)
   stop     the previous server's own stop (SGLang drains on SIGTERM): Stopping -> Stopped in the unit's journal
   client   the bench_serving client runs (their wall time, warmup and client start included)
@@ -21,14 +22,13 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "module_utils"))
 sys.path.insert(0, str(ROOT / "tests" / "lab"))
 
 import sweeplab  # noqa: E402  pylint: disable=wrong-import-position
-from topolaunch import results  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils import bench as results  # noqa: E402  pylint: disable=wrong-import-position
 
 GOAL_S = 20.0
-STAGES = ("plan", "cleanup", "launch", "health", "bench")
+STAGES = ("plan", "relaunch", "bench")
 
 
 def delta_seconds(text):
@@ -76,8 +76,8 @@ def main():
             runs = {r["run_id"] + r["layout"]: r for r in results.load_runs(str(out / "results"))}
             stops = unit_stops()
             worst, layout_total = 0.0, 0.0
-            print("%-7s %6s | %5s %7s %6s %6s %5s | %5s %5s %6s | %8s" % (
-                "layout", "wall", "plan", "cleanup", "launch", "health", "bench", "load", "stop", "client", "overhead"))
+            print("%-7s %6s | %5s %8s %5s | %5s %5s %6s | %8s" % (
+                "layout", "wall", "plan", "relaunch", "bench", "load", "stop", "client", "overhead"))
             for outcome in summary["layouts"]:
                 if outcome["status"] != "ok":
                     print("%-7s failed at %s: %s" % (outcome["layout"], outcome["stage"], outcome["message"]))
@@ -88,11 +88,11 @@ def main():
                 meta = runs[outcome["run_id"] + outcome["layout"]]["meta"]
                 client = sum(delta_seconds(c["delta"]) for c in meta["client_runs"])
                 load = float(outcome["server_ready_s"] or 0.0)
-                stop = sum(b - a for a, b in stops if marks["cleanup"] <= a < marks["launch"])
+                stop = sum(b - a for a, b in stops if marks["relaunch"] <= a < marks["bench"])
                 overhead = outcome["seconds"] - load - stop - client
                 worst = max(worst, overhead)
                 layout_total += outcome["seconds"]
-                print("%-7s %6.1f | %5.1f %7.1f %6.1f %6.1f %5.1f | %5.1f %5.1f %6.1f | %6.1f s" % (
+                print("%-7s %6.1f | %5.1f %8.1f %5.1f | %5.1f %5.1f %6.1f | %6.1f s" % (
                     outcome["layout"], outcome["seconds"], *stage_s, load, stop, client, overhead))
             print("sweep total %.1f s, of which fixed (ansible start, topology, first plan, report, winner relaunch) "
                   "%.1f s" % (total, total - layout_total))

@@ -17,10 +17,9 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "module_utils"))
 
-from topolaunch import topology  # noqa: E402  pylint: disable=wrong-import-position
-from topolaunch.topology_replay import Recorder  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.topolaunch.sglang.plugins.module_utils import topology
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils.topology_replay import Recorder
 
 TARGET_S = 0.5
 DEFAULT_SPECS = ("hgx-8x-h100-nvswitch", "proxmox-8x-rtx-pro-6000-vnuma")

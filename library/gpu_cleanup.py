@@ -21,17 +21,9 @@ options:
     elements: int
     default: []
   current_plan_path:
-    description: JSON plan the unit runs now (its gpu_indices and port are added). Missing file = nothing added.
+    description: JSON plan the unit runs now (its gpu_indices and port are added); default
+      O(state_dir)/current_plan.json. Missing file = nothing added.
     type: path
-    default: /var/lib/topolaunch/current_plan.json
-  service_user:
-    description: The user our server runs as.
-    type: str
-    default: sglang
-  unit_name:
-    description: Our systemd unit; processes in its cgroup are ours.
-    type: str
-    default: topolaunch-sglang.service
   title_prefixes:
     description: Process title prefixes of SGLang's children (reported in the result).
     type: list
@@ -78,12 +70,15 @@ options:
         anything is stopped). The result's C(unit) says how it stopped.
     type: bool
     default: false
-author: topolaunch
+extends_documentation_fragment:
+  - topolaunch.sglang.common
+author:
+  - topolaunch project (@topolaunch)
 """
 
 EXAMPLES = r"""
 - name: Stop our unit, then what is left of it on our GPUs
-  gpu_cleanup:
+  topolaunch.sglang.gpu_cleanup:
     gpu_indices: [0, 1, 2, 3, 4, 5, 6, 7]
     ports: [30000]
     service_user: sglang
@@ -133,6 +128,14 @@ running_plan:
   description: The state file whose GPUs and port were added, or null.
   returned: always
   type: str
+plan:
+  description: The plan the unit ran (the content of that state file; {} when there was none) - the plan stopped.
+  returned: success
+  type: dict
+stage:
+  description: C(cleanup).
+  returned: always
+  type: str
 gpus:
   description: Used memory of our GPUs before and after.
   returned: success
@@ -149,41 +152,43 @@ summary:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.topolaunch.cleanup import CleanupError, cleanup
-from ansible.module_utils.topolaunch.topology import TopologyError, import_nvml
+
+from ansible_collections.topolaunch.sglang.plugins.module_utils.cleanup import DEFAULTS, CleanupError, cleanup
+from ansible_collections.topolaunch.sglang.plugins.module_utils.topology import TopologyError, import_nvml
+
+ARGUMENT_SPEC = {
+    "unit_name": {"type": "str", "default": DEFAULTS["unit_name"]},
+    "state_dir": {"type": "path", "default": DEFAULTS["state_dir"]},
+    "service_user": {"type": "str", "default": DEFAULTS["service_user"]},
+    "gpu_indices": {"type": "list", "elements": "int", "default": []},
+    "current_plan_path": {"type": "path"},
+    "title_prefixes": {"type": "list", "elements": "str", "default": ["sglang::"]},
+    "cmdline_markers": {"type": "list", "elements": "str", "default": ["sglang.launch_server"]},
+    "ports": {"type": "list", "elements": "int", "default": []},
+    "term_timeout": {"type": "float", "default": 30},
+    "kill_timeout": {"type": "float", "default": 10},
+    "release_timeout": {"type": "float", "default": 60},
+    "poll_interval": {"type": "float", "default": 0.2},
+    "stop_foreign": {"type": "bool", "default": False},
+    "memory_threshold_mib": {"type": "int", "default": 2048},
+    "stop_unit": {"type": "bool", "default": False},
+}
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "gpu_indices": {"type": "list", "elements": "int", "default": []},
-            "current_plan_path": {"type": "path", "default": "/var/lib/topolaunch/current_plan.json"},
-            "service_user": {"type": "str", "default": "sglang"},
-            "unit_name": {"type": "str", "default": "topolaunch-sglang.service"},
-            "title_prefixes": {"type": "list", "elements": "str", "default": ["sglang::"]},
-            "cmdline_markers": {"type": "list", "elements": "str", "default": ["sglang.launch_server"]},
-            "ports": {"type": "list", "elements": "int", "default": []},
-            "term_timeout": {"type": "float", "default": 30},
-            "kill_timeout": {"type": "float", "default": 10},
-            "release_timeout": {"type": "float", "default": 60},
-            "poll_interval": {"type": "float", "default": 0.2},
-            "stop_foreign": {"type": "bool", "default": False},
-            "memory_threshold_mib": {"type": "int", "default": 2048},
-            "stop_unit": {"type": "bool", "default": False},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
         nvml = import_nvml()
     except TopologyError as exc:
-        module.fail_json(msg=str(exc))
+        module.fail_json(msg=str(exc), stage="cleanup")
     try:
         result = cleanup(dict(module.params), nvml, check_mode=module.check_mode)
     except CleanupError as exc:
-        module.fail_json(msg=str(exc), **exc.result)
+        module.fail_json(msg=str(exc), stage="cleanup", **exc.result)
     except nvml.NVMLError as exc:
-        module.fail_json(msg="NVML failed while cleaning GPUs %s: %s" % (module.params["gpu_indices"], exc))
-    module.exit_json(**result)
+        module.fail_json(msg="NVML failed while cleaning GPUs %s: %s" % (module.params["gpu_indices"], exc),
+                         stage="cleanup")
+    module.exit_json(stage="cleanup", **result)
 
 
 if __name__ == "__main__":

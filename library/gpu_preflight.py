@@ -83,7 +83,7 @@ options:
     description: C(ansible_facts.gpu_topology), for the expectation of each pair's link (slow P2P findings).
     type: dict
 author:
-  - topolaunch
+  - topolaunch project (@topolaunch)
 """
 
 EXAMPLES = r"""
@@ -160,31 +160,31 @@ seconds:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.topolaunch.preflight import PreflightError, module_run
-from ansible.module_utils.topolaunch.system import write_atomic
+from ansible_collections.topolaunch.sglang.plugins.module_utils.preflight import PreflightError, module_run
+from ansible_collections.topolaunch.sglang.plugins.module_utils.system import write_atomic
+
+
+ARGUMENT_SPEC = {
+    "python": {"type": "path", "required": True},
+    "worker": {"type": "path", "required": True},
+    "gpus": {"type": "list", "elements": "int", "required": True},
+    "groups": {"type": "list", "elements": "list"},
+    "fingerprint": {"type": "str", "required": True},
+    "record_path": {"type": "path", "default": "/var/lib/topolaunch/preflight.json"},
+    "force": {"type": "bool", "default": False},
+    "step_timeout": {"type": "float", "default": 30},
+    "bytes": {"type": "int", "default": 256 << 20},
+    "small_bytes": {"type": "int", "default": 8192},
+    "iters": {"type": "int", "default": 10},
+    "warmup": {"type": "int", "default": 3},
+    "p2p_disable": {"type": "str", "choices": ["auto", "always", "never"], "default": "auto"},
+    "environment": {"type": "dict", "default": {}},
+    "facts": {"type": "dict"},
+}
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec={
-            "python": {"type": "path", "required": True},
-            "worker": {"type": "path", "required": True},
-            "gpus": {"type": "list", "elements": "int", "required": True},
-            "groups": {"type": "list", "elements": "list"},
-            "fingerprint": {"type": "str", "required": True},
-            "record_path": {"type": "path", "default": "/var/lib/topolaunch/preflight.json"},
-            "force": {"type": "bool", "default": False},
-            "step_timeout": {"type": "float", "default": 30},
-            "bytes": {"type": "int", "default": 256 << 20},
-            "small_bytes": {"type": "int", "default": 8192},
-            "iters": {"type": "int", "default": 10},
-            "warmup": {"type": "int", "default": 3},
-            "p2p_disable": {"type": "str", "choices": ["auto", "always", "never"], "default": "auto"},
-            "environment": {"type": "dict", "default": {}},
-            "facts": {"type": "dict"},
-        },
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
         result = module_run(dict(module.params), module.check_mode, write_atomic)
     except PreflightError as exc:

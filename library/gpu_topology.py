@@ -11,6 +11,7 @@ description:
   - Derives NUMA/P2P/NVLink islands, a stable topology fingerprint, findings with remedies, and text tables
     laid out as C(nvidia-smi topo -m) and C(nvidia-smi topo -p2p r).
   - Read-only; runs the same in check mode.
+  - An action plugin of the same name handles O(save_to) on the controller.
   - Needs nvidia-ml-py in the interpreter that runs it; topolaunch runs it with the tools venv
     (C(topolaunch_tools_python), default C(/opt/topolaunch/tools/bin/python)), so the system Python is untouched.
 options:
@@ -20,19 +21,26 @@ options:
       - The lab serves a fake sysfs under C(/etc/fake-nvml/sysfs).
     type: path
     default: /sys
+  save_to:
+    description:
+      - Controller-side (action plugin) - write the facts there on the controller as pretty JSON (directories made,
+        0644, only when they changed), in check mode too (it changes nothing on the host). Not a change of the host
+        either way; the result's C(saved) says whether the file was written.
+    type: path
 author:
-  - topolaunch
+  - topolaunch project (@topolaunch)
 """
 
 EXAMPLES = r"""
 - name: Read the GPU topology
-  gpu_topology:
+  topolaunch.sglang.gpu_topology:
   vars:
     ansible_python_interpreter: /opt/topolaunch/tools/bin/python
 
-- name: Read it in the lab (fake sysfs)
-  gpu_topology:
+- name: Read it in the lab (fake sysfs) and keep it on the controller
+  topolaunch.sglang.gpu_topology:
     sysfs_root: /etc/fake-nvml/sysfs
+    save_to: "{{ playbook_dir }}/artifacts/{{ inventory_hostname }}/topology.json"
 """
 
 RETURN = r"""
@@ -56,23 +64,32 @@ query_seconds:
   returned: success
   type: float
   sample: 0.0123
+saved_to:
+  description: Where the action plugin saved the facts on the controller.
+  returned: when save_to was given
+  type: str
 """
 
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.topolaunch.topology import TopologyError, import_nvml, read_topology
+
+from ansible_collections.topolaunch.sglang.plugins.module_utils.topology import TopologyError, import_nvml, read_topology
+
+ARGUMENT_SPEC = {
+    "sysfs_root": {"type": "path", "default": "/sys"},
+    "save_to": {"type": "path"},          # handled by the action plugin on the controller
+}
 
 
 def main():
-    module = AnsibleModule(argument_spec={"sysfs_root": {"type": "path", "default": "/sys"}},
-                           supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     start = time.monotonic()
     try:
         facts = read_topology(import_nvml(), module.params["sysfs_root"])
     except TopologyError as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, ansible_facts={"gpu_topology": facts},
+        module.fail_json(msg=str(exc), stage="topology")
+    module.exit_json(changed=False, stage="topology", ansible_facts={"gpu_topology": facts},
                      query_seconds=round(time.monotonic() - start, 4))
 
 

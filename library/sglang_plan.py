@@ -15,6 +15,8 @@ description:
   - Changes nothing on the host; runs the same in check mode. Reads the model directory on the target, and NVML
     there (like gpu_topology, so under the tools venv python) when neither O(topology) nor O(node_topologies) is
     given.
+  - Returns the plan (C(plan)) and, beside it, the candidates table (C(candidates)); the plan is the one shape every
+    stage keeps (the fact C(topolaunch_plan), C(plan.json), C(current_plan.json), C(last_good_plan.json)).
   - An action plugin of the same name handles O(results_dir) and O(save_to) on the controller.
 options:
   topology:
@@ -34,8 +36,8 @@ options:
     type: path
   save_to:
     description:
-      - Controller-side (action plugin) - write the plan there on the controller as pretty JSON (directories made,
-        0644, only when changed), in check mode too.
+      - Controller-side (action plugin) - write the plan there on the controller as pretty JSON, and the candidates
+        table beside it as C(candidates.json) (directories made, 0644, only when changed), in check mode too.
     type: path
   node_topologies:
     description: One gpu_topology facts mapping per node, in node-rank order (multi-node).
@@ -92,19 +94,25 @@ options:
     type: list
     elements: int
   pp_layer_partition:
-    description: Layers per PP stage; default SGLang's own split.
+    description: Layers per PP stage; default SGLang's own split, or one balanced by layer cost when faster.
     type: list
     elements: int
+  workload:
+    description:
+      - What the server will serve, for the performance model's estimate and for which measurements rank
+        (those at the same concurrency with lengths within 10%).
+      - Keys C(input_len), C(output_len), C(concurrency), positive integers; default 1024, 1024, 128.
+    type: dict
   sglang_python:
     description: SGLang venv python for the printed command line (default /opt/sglang/venvs/<version>/bin/python).
     type: str
 author:
-  - topolaunch
+  - topolaunch project (@topolaunch)
 """
 
 EXAMPLES = r"""
 - name: Plan on the host (reading its topology), rank by the controller's results, keep the plan there
-  sglang_plan:
+  topolaunch.sglang.sglang_plan:
     model_path: /srv/models/glm-5-nvfp4
     layout: auto
     results_dir: "{{ playbook_dir }}/results"
@@ -113,7 +121,7 @@ EXAMPLES = r"""
     ansible_python_interpreter: /opt/topolaunch/tools/bin/python
 
 - name: Plan the field launch
-  sglang_plan:
+  topolaunch.sglang.sglang_plan:
     topology: "{{ ansible_facts.gpu_topology }}"
     model_path: /srv/models/glm-5-nvfp4
     layout: tp4pp2
@@ -135,13 +143,22 @@ saved_to:
   type: str
 plan:
   description: The plan (docs/DESIGN.md "sglang_plan result") - layout, gpu_indices, cuda_visible_devices, env, argv,
-    pp_layer_partition, memory, candidates, reason, warnings, topology_fingerprint, model_name, per_node (multi-node).
+    pp_layer_partition, memory, reason, warnings, topology_fingerprint, model_name, per_node (multi-node).
   returned: success
   type: dict
   sample:
     layout: {tp: 4, pp: 2, dp: 1, ep: 1, nnodes: 1, name: tp4pp2}
     cuda_visible_devices: "0,1,2,3,4,5,6,7"
     argv: ["--model-path", "/srv/models/glm-5-nvfp4", "--tp-size", "4", "--pp-size", "2"]
+candidates:
+  description: The candidates table beside the plan - every layout considered, valid or not, with its reasons,
+    score, source and estimate, best first. On failure, the table as readable lines, when it got that far.
+  returned: success, and failure when candidates were evaluated
+  type: list
+stage:
+  description: C(plan).
+  returned: always
+  type: str
 report:
   description: Readable lines - chosen layout and why, stages, memory, the full launch command line, warnings, the
     candidates table.
@@ -153,16 +170,12 @@ reasons:
   returned: failure
   type: list
   elements: str
-candidates:
-  description: The candidates table (readable lines) evaluated before the failure, when it got that far.
-  returned: failure
-  type: list
-  elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.topolaunch.planner import PlanError, PlanRequest, candidate_table, plan, render_report
-from ansible.module_utils.topolaunch.topology import TopologyError, import_nvml, read_topology
+
+from ansible_collections.topolaunch.sglang.plugins.module_utils.planner import PlanError, PlanRequest, candidate_table, plan, render_report
+from ansible_collections.topolaunch.sglang.plugins.module_utils.topology import TopologyError, import_nvml, read_topology
 
 ARGUMENT_SPEC = {
     "topology": {"type": "dict"},
@@ -181,6 +194,7 @@ ARGUMENT_SPEC = {
     "measured": {"type": "list", "elements": "dict", "default": []},
     "gpus": {"type": "list", "elements": "int"},
     "pp_layer_partition": {"type": "list", "elements": "int"},
+    "workload": {"type": "dict"},
     "sglang_python": {"type": "str"},
     "sysfs_root": {"type": "path", "default": "/sys"},
     "results_dir": {"type": "path"},
@@ -198,15 +212,19 @@ def main():
         try:
             p["topology"] = facts["gpu_topology"] = read_topology(import_nvml(), p["sysfs_root"])
         except TopologyError as exc:
-            module.fail_json(msg="sglang_plan: reading the GPU topology: %s" % exc)
+            module.fail_json(msg="sglang_plan: reading the GPU topology: %s" % exc, stage="plan")
     for key in CONTROLLER_ONLY:
         p.pop(key)
     try:
         result = plan(PlanRequest(**p))
     except PlanError as exc:
         module.fail_json(msg="sglang_plan: %d problem(s): %s" % (len(exc.reasons), " | ".join(exc.reasons)),
-                         reasons=exc.reasons, candidates=candidate_table(exc.partial.get("candidates", [])))
-    module.exit_json(changed=False, plan=result, report=render_report(result, python), ansible_facts=facts)
+                         reasons=exc.reasons, candidates=candidate_table(exc.partial.get("candidates", [])),
+                         stage="plan")
+    report = render_report(result, python)
+    candidates = result.pop("candidates")          # beside the plan, not inside it
+    module.exit_json(changed=False, plan=result, candidates=candidates, report=report, ansible_facts=facts,
+                     stage="plan")
 
 
 if __name__ == "__main__":

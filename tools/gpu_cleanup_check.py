@@ -23,9 +23,8 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "module_utils"))
 
-from topolaunch.cleanup import CleanupError, cleanup  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.topolaunch.sglang.plugins.module_utils.cleanup import CleanupError, cleanup
 
 HOLDER = ("import sys, torch; x = torch.empty(4 << 30, dtype=torch.uint8, device='cuda:0'); "
           "torch.cuda.synchronize(); print('holding', flush=True); sys.stdin.read()")

@@ -14,10 +14,9 @@ import pathlib
 import socket
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "module_utils"))
 
-from topolaunch import topology  # noqa: E402  pylint: disable=wrong-import-position
-from topolaunch.topology_replay import Replay  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.topolaunch.sglang.plugins.module_utils import topology
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils.topology_replay import Replay
 
 # Our P2P words -> the spec's status names.
 SPEC_P2P = {"OK": "OK", "CNS": "CNS", "GNS": "GNS", "TNS": "TNS", "NS": "NS", "DIS": "DISABLED", "UNK": "UNKNOWN"}

@@ -26,11 +26,10 @@ import re
 import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "module_utils"))
+from ansible_collections.topolaunch.sglang.plugins.module_utils import nccl_topo, preflight
+from ansible_collections.topolaunch.sglang.plugins.module_utils.topology import import_nvml, read_topology
 
-from topolaunch import nccl_topo, preflight  # noqa: E402
-from topolaunch.topology import import_nvml, read_topology  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def dump(path, data):

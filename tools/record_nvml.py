@@ -21,10 +21,9 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "module_utils"))
 
-from topolaunch import topology  # noqa: E402  pylint: disable=wrong-import-position
-from topolaunch.topology_replay import Recorder  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.topolaunch.sglang.plugins.module_utils import topology
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils.topology_replay import Recorder
 
 HOLDER = ("import sys, torch; x = torch.empty(4 << 30, dtype=torch.uint8, device='cuda:0'); "
           "print('holding', flush=True); sys.stdin.read()")

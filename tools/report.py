@@ -15,9 +15,8 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "module_utils"))
 
-from topolaunch import results  # noqa: E402  (module_utils is put on the path just above)
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils import bench as results
 
 SIM_BANNER = ("> **SIMULATED RESULTS.** These numbers come from the lab's SGLang simulator (its server_info says "
               "simulated), not from GPUs. They show that the tooling works; they say nothing about real hardware.")

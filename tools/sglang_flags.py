@@ -721,6 +721,20 @@ def _flag_entry(option_strings, kwargs, fields, renames):
     return canonical, entry
 
 
+def literal(value, indent=0, width=110):
+    """value as a Python literal that passes pep8 (ansible-test sanity checks the collection's module_utils): on one
+    line when it fits, else one item per line with 4-space hanging indents."""
+    text = repr(value)
+    if indent + len(text) <= width or not isinstance(value, (dict, list)) or not value:
+        return text
+    pad = " " * (indent + 4)
+    if isinstance(value, dict):
+        items = ["%s%r: %s," % (pad, k, literal(v, indent + 4, width)) for k, v in value.items()]
+        return "{\n" + "\n".join(items) + "\n" + " " * indent + "}"
+    items = ["%s%s," % (pad, literal(v, indent + 4, width)) for v in value]
+    return "[\n" + "\n".join(items) + "\n" + " " * indent + "]"
+
+
 # ----------------------------------------------------------------------------------------------- output
 
 
@@ -759,12 +773,12 @@ def render_module(version, flags, wheel_name):
         '"""',
         "",
         "VERSION = %r" % version,
-        "ENTRY_DEFAULTS = %r" % (ENTRY_DEFAULTS,),
+        "ENTRY_DEFAULTS = " + literal(ENTRY_DEFAULTS),
         "",
         "FLAGS = {",
     ]
     for flag, entry in flags.items():
-        lines.append("    %r: %r," % (flag, compact(flag, entry)))
+        lines.append("    %r: %s," % (flag, literal(compact(flag, entry), 4, 150 - len(repr(flag)))))
     lines += ["}", ""]
     return "\n".join(lines)
 

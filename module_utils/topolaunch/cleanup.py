@@ -28,6 +28,7 @@ import pwd
 import signal
 import time
 
+from .constants import CURRENT_PLAN, SERVICE_USER, STATE_DIR, UNIT_NAME, state_file
 from .system import run as _run, show
 
 __all__ = ["CleanupError", "cleanup", "classify", "in_unit_cgroup", "read_process", "listening_inodes",
@@ -35,9 +36,10 @@ __all__ = ["CleanupError", "cleanup", "classify", "in_unit_cgroup", "read_proces
 
 DEFAULTS = {
     "gpu_indices": [],
-    "current_plan_path": "/var/lib/topolaunch/current_plan.json",
-    "service_user": "sglang",
-    "unit_name": "topolaunch-sglang.service",
+    "state_dir": STATE_DIR,
+    "current_plan_path": None,               # default <state_dir>/current_plan.json
+    "service_user": SERVICE_USER,
+    "unit_name": UNIT_NAME,
     "title_prefixes": ["sglang::"],
     "cmdline_markers": ["sglang.launch_server"],
     "ports": [],
@@ -205,9 +207,10 @@ def _used_bytes(nvml, handle):
 
 
 def union_with_current_plan(gpu_indices, ports, current_plan_path):
-    """Add the GPUs and port of the plan the unit currently runs (if its state file exists)."""
+    """Add the GPUs and port of the plan the unit currently runs (if its state file exists): (GPUs, ports, the state
+    file or None, the running plan or {})."""
     gpus, prts = set(gpu_indices), set(ports)
-    source = None
+    source, plan = None, {}
     if current_plan_path and os.path.exists(current_plan_path):
         try:
             with open(current_plan_path) as f:
@@ -219,7 +222,7 @@ def union_with_current_plan(gpu_indices, ports, current_plan_path):
         if plan.get("port"):
             prts.add(int(plan["port"]))
         source = current_plan_path
-    return sorted(gpus), sorted(prts), source
+    return sorted(gpus), sorted(prts), source, plan
 
 
 # ---------------------------------------------------------------------------------------------------- signals
@@ -374,7 +377,7 @@ def stop_unit(unit, run=_run, check_mode=False, clock=time.monotonic):
         out["would_stop"] = True
         return out
     t0 = clock()
-    rc, _, err = run(["systemctl", "stop", unit])
+    rc, _out, err = run(["systemctl", "stop", unit])
     after = show(unit, UNIT_PROPS, run, CleanupError)
     out.update(stopped=rc == 0, seconds=round(clock() - t0, 2), result=after.get("Result"),
                sigkilled=after.get("Result") == "timeout")
@@ -407,7 +410,8 @@ def cleanup(opts, nvml, check_mode=False, proc_root="/proc", clock=time.monotoni
     o = dict(DEFAULTS)
     o.update({k: v for k, v in opts.items() if v is not None})
     t_start = clock()
-    gpu_indices, ports, plan_source = union_with_current_plan(o["gpu_indices"], o["ports"], o["current_plan_path"])
+    gpu_indices, ports, plan_source, running = union_with_current_plan(
+        o["gpu_indices"], o["ports"], o["current_plan_path"] or state_file(o["state_dir"], CURRENT_PLAN))
     o["gpu_indices"], o["ports"] = gpu_indices, ports
     try:
         service_uid = pwd.getpwnam(o["service_user"]).pw_uid
@@ -422,7 +426,7 @@ def cleanup(opts, nvml, check_mode=False, proc_root="/proc", clock=time.monotoni
         all_handles = {i: nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)}
         handles = {i: all_handles[i] for i in gpu_indices}
         result = {"changed": False, "gpu_indices": gpu_indices, "ports": ports, "running_plan": plan_source,
-                  "stopped": [], "would_stop": [], "left_alone": [], "gpus": []}
+                  "plan": running, "stopped": [], "would_stop": [], "left_alone": [], "gpus": []}
         memory_before = {i: _used_bytes(nvml, h) for i, h in handles.items()}
         if o["stop_unit"]:
             _refuse_foreign(_scan(nvml, handles, all_handles, o, service_uid, proc_root)[0], o, result)
@@ -500,8 +504,7 @@ def _summary_processes(result, check_mode):
     items = result["stopped"]
     if not items:
         return "nothing left on GPUs %s; released in %.1f s" % (gpus, result["elapsed_s"])
-    return "stopped %d process(es) on GPUs %s in %.1f s: %s" % (
-        len(items), gpus, result["elapsed_s"],
-        "; ".join("pid %s %s (%s) GPU %s by %s" % (p["pid"], p["title"], p["user"],
-                                                  ",".join(str(g) for g in sorted(p["gpus"])) or "-", p["signal"])
-                  for p in items))
+    stopped = ["pid %s %s (%s) GPU %s by %s"
+               % (p["pid"], p["title"], p["user"], ",".join(str(g) for g in sorted(p["gpus"])) or "-", p["signal"])
+               for p in items]
+    return "stopped %d process(es) on GPUs %s in %.1f s: %s" % (len(items), gpus, result["elapsed_s"], "; ".join(stopped))

@@ -1,6 +1,6 @@
 """Wait for a starting SGLang unit, one chunk at a time, and say how far it got.
 
-`wait_chunk(...)` is the logic of the `sglang_wait` module. Each call watches the unit for at most `chunk_s`
+`wait_chunk(...)` is the wait of the `sglang_health` module. Each call watches the unit for at most `chunk_s`
 seconds and returns as soon as something worth printing happened:
 
 - `ready`: the port accepts connections and the journal of this start has SGLang's ready line;
@@ -13,10 +13,13 @@ seconds and returns as soon as something worth printing happened:
 "This start" is the unit's InvocationID when the wait began: the journal is read only for it, so a milestone or
 an error of an earlier run never counts.
 
-`check(...)` is the whole `sglang_wait` module: it reads the plan the unit runs (current_plan.json: host, port,
+`check(...)` is the whole `sglang_health` module: it reads the plan the unit runs (current_plan.json: host, port,
 model), calls `wait_chunk`, and once the server is ready (with `verify`) asks it in the same call: /health until
 200, /model_info names our model, one /generate returns tokens; then it records the plan as last known good.
-Every failure carries the plan in its result when it was read, so the caller knows which plan failed.
+Every failure carries the plan in its result when it was read, so the caller knows which plan failed, and the last
+known good plan with whether it runs another server (`last_good_plan`, `last_good_differs`): what a rollback needs,
+without reading files back. Mode `serving` (the bench stage's question "does the server serve the plan health
+passed for, now?") looks once: ready, /health 200, and the plan it runs is the last known good one.
 
 Plain stdlib; commands go through `run(argv) -> (rc, out, err)`, HTTP through
 `http(method, url, body=None, headers=None, timeout=60) -> (status, text)` (status 0: no HTTP answer, text says why).
@@ -30,10 +33,11 @@ import time
 import urllib.error
 import urllib.request
 
+from .constants import server_view
 from .system import file_differs, journal, run as _run, show, write_atomic
 
 __all__ = ["HealthError", "MILESTONES", "milestone", "error_lines", "port_open", "wait_chunk",
-           "read_plan", "http_request", "verify", "record_last_good", "check"]
+           "read_plan", "read_last_good", "http_request", "verify", "record_last_good", "check"]
 
 # (key, words in SGLang's log line) in the order a start reaches them.
 MILESTONES = [
@@ -136,7 +140,9 @@ def wait_chunk(unit, host, port, invocation_id=None, known="started", chunk_s=20
     Raises HealthError when the unit died, or when it is not ready startup_timeout seconds after its start
     (0 = no limit)."""
     deadline = clock() + chunk_s
+    looks = 0
     while True:
+        looks += 1
         state = show(unit, SHOW_PROPS, run, HealthError)
         if invocation_id is None:
             invocation_id = state.get("InvocationID") or None
@@ -144,7 +150,7 @@ def wait_chunk(unit, host, port, invocation_id=None, known="started", chunk_s=20
         reached = milestone(lines)
         result = {"milestone": reached, "label": LABELS[reached], "invocation_id": invocation_id,
                   "active_state": state.get("ActiveState"), "port_open": False,
-                  "since_start_s": _since_start(state, clock)}
+                  "since_start_s": _since_start(state, clock), "looks": looks}
         why = _dead_reason(state, invocation_id)
         if why:
             errors = error_lines(lines, journal_lines)
@@ -305,22 +311,39 @@ def record_last_good(text, path, check_mode=False, owner=(0, 0)):
 
 
 # ------------------------------------------------------------------------------------------ the module
+def read_last_good(path):
+    """The last known good plan ({} when there is none, or it cannot be read: then there is nothing to go back to)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            plan = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return plan if isinstance(plan, dict) else {}
+
+
 def check(unit, plan_path, last_good_path, invocation_id=None, known="started", chunk_s=20.0, startup_timeout=0,
           journal_lines=50, verify_server=False, check_mode=False, api_key="", ready_timeout=30.0, http_timeout=60.0,
           prompt="The capital of France is", max_new_tokens=8, owner=(0, 0), run=_run, http=http_request,
-          clock=time.monotonic, sleep=time.sleep):
-    """One call of sglang_wait: read the plan, wait one chunk; when ready and verify_server, verify the server and
-    record the plan as last known good (mode 0644, `owner`). Returns the wait's result plus plan (without its
-    candidates table, the bulk of it, so that a printed failure stays readable) (and, verified:
-    verified, last_good_changed, url, health_s, generated_tokens, generated_text). A HealthError carries the plan
-    in its result once it was read."""
+          clock=time.monotonic, sleep=time.sleep, mode="start"):
+    """One call of sglang_health.
+
+    mode start: read the plan, wait one chunk; when ready and verify_server, verify the server and record the plan
+    as last known good (mode 0644, `owner`). Returns the wait's result plus plan, already_serving (the first look
+    of a new wait found it serving: since_start_s is its uptime) and, verified: verified, last_good_changed, url,
+    health_s, generated_tokens, generated_text.
+    mode serving: one look; the server must be ready, answer /health 200 and run the last known good plan. Nothing
+    is written.
+    A HealthError carries the plan in its result once it was read, and the last known good plan."""
     plan, text = read_plan(plan_path)
-    shown = {k: v for k, v in plan.items() if k != "candidates"}     # results stay short; a failure prints them
     try:
+        if mode == "serving":
+            return _serving(unit, plan, last_good_path, http, http_timeout, run, clock, sleep)
         result = wait_chunk(unit, plan.get("host") or "127.0.0.1", plan["port"], invocation_id=invocation_id,
                             known=known, chunk_s=chunk_s, startup_timeout=startup_timeout,
                             journal_lines=journal_lines, run=run, clock=clock, sleep=sleep)
-        result["plan"] = shown
+        result["plan"] = plan
+        result["already_serving"] = (invocation_id is None and known == "started" and result["state"] == "ready"
+                                     and result["looks"] == 1)
         if result["state"] == "ready" and verify_server:
             result.update(verify(plan, http=http, api_key=api_key, ready_timeout=ready_timeout,
                                  http_timeout=http_timeout, prompt=prompt, max_new_tokens=max_new_tokens,
@@ -329,5 +352,33 @@ def check(unit, plan_path, last_good_path, invocation_id=None, known="started", 
             result["verified"] = True
         return result
     except HealthError as exc:
-        exc.result["plan"] = shown
+        last_good = read_last_good(last_good_path)
+        exc.result.update(plan=plan, last_good_plan=last_good,
+                          last_good_differs=bool(last_good) and server_view(last_good) != server_view(plan))
         raise
+
+
+def _serving(unit, plan, last_good_path, http, http_timeout, run, clock, sleep):
+    """Mode serving: ready now, /health 200 now, and health passed for this very server."""
+    try:
+        result = wait_chunk(unit, plan.get("host") or "127.0.0.1", plan["port"], chunk_s=0, run=run, clock=clock,
+                            sleep=sleep)
+    except HealthError as exc:
+        raise HealthError("The server is not serving: %s" % exc, exc.result) from None
+    if result["state"] != "ready":
+        raise HealthError("The server is not serving yet: %s is at '%s' (port %s %s). Run deploy.yml --tags health."
+                          % (unit, result["label"], plan["port"], "open" if result["port_open"] else "closed"), result)
+    url = base_url(plan.get("host"), plan["port"])
+    status, answer = http("GET", url + "/health", timeout=http_timeout)
+    if status != 200:
+        raise HealthError("GET %s/health %s, not 200: the server is starting, draining or unhealthy. Run "
+                          "deploy.yml --tags relaunch (or health)." % (url, _answer(status, answer)), result)
+    last_good = read_last_good(last_good_path)
+    if server_view(last_good) != server_view(plan):
+        raise HealthError("Health has not passed for the plan this server runs: it runs layout %s (current_plan.json) "
+                          "but health last passed for %s (last_good_plan.json). Run deploy.yml --tags health first."
+                          % (plan.get("layout", {}).get("name", "?"),
+                             "layout " + last_good.get("layout", {}).get("name", "?") if last_good else "no plan"),
+                          result)
+    result.update(plan=plan, url=url)
+    return result

@@ -183,7 +183,7 @@ def needed(facts, record=None):
 def _cpus(cpulist):
     cpus = set()
     for part in filter(None, (cpulist or "").split(",")):
-        a, _, b = part.partition("-")
+        a, _sep, b = part.partition("-")
         cpus.update(range(int(a), int(b or a) + 1))
     return cpus
 
@@ -257,8 +257,8 @@ def render(facts, groups, bridges, cpu=None, all_cpus=None, name=None):
         loose = [g for g in group if not any(g in b for b in inside)]
         for members in sorted(inside, key=lambda b: b[0]):
             bridge_no += 1
-            lines.append('    <pci %s>' % _attrs([("busid", "ffff:ff:%02x.0" % bridge_no), ("class", BRIDGE_CLASS)]
-                                                  + _link(members, facts)))
+            bridge = [("busid", "ffff:ff:%02x.0" % bridge_no), ("class", BRIDGE_CLASS)] + _link(members, facts)
+            lines.append('    <pci %s>' % _attrs(bridge))
             for g in members:
                 lines.append('      <pci %s/>' % _gpu_attrs(facts, g))
             lines.append('    </pci>')

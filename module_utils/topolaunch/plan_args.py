@@ -168,7 +168,7 @@ def _human_int(text):
         number, suffix = found.groups()
         if suffix in _IEC:
             return None if "." in number else int(number) * _IEC[suffix]
-        whole, _, frac = number.partition(".")
+        whole, _sep, frac = number.partition(".")
         return (int(whole + frac) * _SI[suffix]) // (10 ** len(frac))  # int(Decimal(number) * multiplier)
     try:
         return int(text)

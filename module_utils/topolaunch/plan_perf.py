@@ -139,7 +139,7 @@ def gpu_perf(name, compute_capability=None):
 
 def nvlink_gbps_per_link(compute_capability):
     try:
-        major = int(str(compute_capability).split(".")[0])
+        major = int(str(compute_capability).split(".", maxsplit=1)[0])
     except (TypeError, ValueError):
         major = 9
     return NVLINK_GBPS_PER_LINK.get(major, NVLINK_GBPS_PER_LINK[9] if major < 10 else NVLINK_GBPS_PER_LINK[10])

@@ -344,7 +344,7 @@ def estimate(model, layout, stages, links, gpu, workload, kv_tokens, settings, s
     chunk = float(min(settings.get("chunked_prefill_size") or 8192, inp * per_replica))
     pre_slowest = 0.0
     for stage in stages:
-        t, _ = stage_time(shape, layout, stage, chunk, inp, links, gpu, peak, eff, graph_bs, prefill=True)
+        t = stage_time(shape, layout, stage, chunk, inp, links, gpu, peak, eff, graph_bs, prefill=True)[0]
         pre_slowest = max(pre_slowest, t + cpu_step)
     prefill_per_request = inp * pre_slowest / chunk
     tokens_per_s = active * batch / (cycle + batch * prefill_per_request / out)

@@ -99,8 +99,8 @@ class NodeTopology:
             slow = {(a, b): self.bandwidth(a, b) for a in self.indices for b in self.indices if a < b}
             next_id = max(self.indices) + 1
             while len(nodes) > 1:
-                (a, b), _ = min(slow.items(), key=lambda kv: (-kv[1], min(low[kv[0][0]], low[kv[0][1]]),
-                                                              max(low[kv[0][0]], low[kv[0][1]])))
+                (a, b), _speed = min(slow.items(), key=lambda kv: (-kv[1], min(low[kv[0][0]], low[kv[0][1]]),
+                                                                   max(low[kv[0][0]], low[kv[0][1]])))
                 first, second = (a, b) if low[a] < low[b] else (b, a)
                 new = next_id
                 next_id += 1

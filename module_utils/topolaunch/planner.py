@@ -59,9 +59,8 @@ import math
 import os
 import re
 
-from . import model_config
+from . import constants, model_config, plan_perf
 from .plan_args import FlagIndex, PLANNER_FLAGS, check_server_args, supported_versions, text_problem
-from . import plan_perf
 from .plan_score import Links, Shape, check_workload, estimate, gemm_peak, stage_time
 from .plan_topology import NodeTopology, nccl_env
 
@@ -218,7 +217,7 @@ def kv_dtype_bytes(model, values, compute_capability):
     # (server_args._set_default_nsa_kv_cache_dtype)
     if model.get("kv_cache_quant") == "FP8":
         return 1
-    major = int(str(compute_capability or "0").split(".")[0] or 0)
+    major = int(str(compute_capability or "0").split(".", maxsplit=1)[0] or 0)
     if model["nsa"] and major >= 10:
         return 1
     return model["dtype_bytes"]
@@ -562,7 +561,7 @@ def balanced_partition(layer_costs, last_extra, pp):
 
     lo, hi = max(layer_costs), sum(layer_costs) + last_extra
     best = fill(hi)
-    for _ in range(50):
+    for _step in range(50):
         mid = (lo + hi) / 2.0
         counts = fill(mid)
         if counts:
@@ -624,8 +623,8 @@ def _try_balanced_partition(ctx, c, out, gpu_bytes, defaults):
     split = balanced_partition(layer_costs, last_extra, pp)
     if not split or split == out["partition"]:
         return
-    memory, _ = memory_estimate(model, c["tp"], split, gpu_bytes, defaults["mem_fraction_static"], ctx.kv_bytes,
-                                c.get("attn_dp", 1))
+    memory = memory_estimate(model, c["tp"], split, gpu_bytes, defaults["mem_fraction_static"], ctx.kv_bytes,
+                             c.get("attn_dp", 1))[0]
     if not memory["fits"]:
         return
     memory["mem_fraction_source"] = out["memory"]["mem_fraction_source"]
@@ -683,8 +682,8 @@ def comparable_workload(record, workload):
     def near(a, b):
         return isinstance(a, (int, float)) and not isinstance(a, bool) and abs(a - b) <= 0.1 * b
 
-    return (record.get("max_concurrency") == workload["concurrency"] and near(record.get("input_len"),
-                                                                               workload["input_len"])
+    return (record.get("max_concurrency") == workload["concurrency"]
+            and near(record.get("input_len"), workload["input_len"])
             and near(record.get("output_len"), workload["output_len"]))
 
 
@@ -781,8 +780,8 @@ class PlanRequest:
     def __init__(self, **fields):
         unknown = sorted(set(fields) - set(self.FIELDS))
         if unknown:
-            raise PlanError(["unknown plan request field(s) %s (known: %s)" % (", ".join(unknown),
-                                                                              ", ".join(sorted(self.FIELDS)))])
+            raise PlanError(["unknown plan request field(s) %s (known: %s)"
+                             % (", ".join(unknown), ", ".join(sorted(self.FIELDS)))])
         for name, default in self.FIELDS.items():
             setattr(self, name, fields.get(name, default))
 
@@ -853,8 +852,8 @@ def _prepare(request):
         index = FlagIndex(str(sglang_version))
     except KeyError:
         reasons.append("sglang_version %s has no flag table (supported: %s); extract one with "
-                       "tools/sglang_flags.py --version %s" % (sglang_version, ", ".join(supported_versions()),
-                                                                sglang_version))
+                       "tools/sglang_flags.py --version %s"
+                       % (sglang_version, ", ".join(supported_versions()), sglang_version))
     if index is not None:
         missing = [f for f in PLANNER_FLAGS if not index.has(f)]
         if missing:
@@ -1061,8 +1060,9 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
     per_node_order = [[g for grp in grp_facts for g in grp["gpus"]] for grp_facts in placement["groups"]]
     all_groups = [grp for node in placement["groups"] for grp in node]
     all_bounds = [b for node in placement["boundaries"] for b in node]
-    in_vm = any(node.facts.get("in_vm") or any(g.get("virtualization_mode") in ("passthrough", "vgpu")
-                                                for g in node.facts["gpus"]) for node in ctx.nodes)
+    in_vm = any(node.facts.get("in_vm")
+                or any(g.get("virtualization_mode") in ("passthrough", "vgpu") for g in node.facts["gpus"])
+                for node in ctx.nodes)
     numa_known = all(node.numa(i) is not None for node in ctx.nodes for i in node.indices)
     nccl, nccl_notes = nccl_env(all_groups, all_bounds, in_vm, numa_known, ctx.cross_socket_p2p)
     warnings = list(warnings) + nccl_notes + chosen.get("warnings", [])
@@ -1074,7 +1074,7 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
         base_argv += ["--dp-size", str(dp)]
     if ep > 1:
         base_argv += ["--ep-size", str(ep)]
-    for _, words in items:
+    for _arg, words in items:
         base_argv.extend(words)
 
     def node_env(order):
@@ -1121,15 +1121,15 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
         "served_model_name": str(served),
         "sglang_version": version,
         "pp_layer_partition": stages,
-        "memory": {k: v for k, v in chosen["memory"].items()},
+        "memory": dict(chosen["memory"]),
         "candidates": [_public(c) for c in candidates],
         "reason": _reason(chosen, candidates, wanted, measured_best, fingerprint, model["name"], ctx.workload),
         "workload": dict(ctx.workload),
         "warnings": warnings,
         "topology_fingerprint": ctx.nodes[node_rank].fingerprint,
         "model_name": model["name"],
-        "requested_layout": "auto" if wanted == "auto" else layout_name(wanted["tp"], wanted["pp"], wanted["dp"],
-                                                                          wanted["ep"]),
+        "requested_layout": "auto" if wanted == "auto" else layout_name(
+            wanted["tp"], wanted["pp"], wanted["dp"], wanted["ep"]),
         "source": chosen["source"],
         "estimate": public_estimate(chosen.get("estimate")),
         "tp_groups": [g["gpus"] for g in placement["groups"][node_rank]],
@@ -1189,7 +1189,7 @@ def _shell_word(word):
 
 def sglang_python(version):
     """The SGLang venv's python on the target (docs/DESIGN.md: /opt/sglang/venvs/<version>)."""
-    return "/opt/sglang/venvs/%s/bin/python" % version
+    return constants.sglang_python(version)
 
 
 def command_line(env, argv, python):
@@ -1201,8 +1201,8 @@ def command_line(env, argv, python):
 
 def candidate_table(candidates):
     """Readable lines: one per candidate, valid ones first in rank order."""
-    lines = ["%-14s %-5s %-6s %-9s %9s %11s  %s" % ("layout", "valid", "score", "source", "est tok/s", "weights/GPU",
-                                                   "GPUs / reasons")]
+    lines = ["%-14s %-5s %-6s %-9s %9s %11s  %s"
+             % ("layout", "valid", "score", "source", "est tok/s", "weights/GPU", "GPUs / reasons")]
     for c in candidates:
         est = c.get("estimate") or {}
         weights = c.get("weights_per_gpu_bytes")
@@ -1223,8 +1223,8 @@ def render_report(result, python=None):
     lines = ["layout %s (%s): %s" % (result["layout"]["name"], how, result["reason"]),
              "GPUs in CUDA_VISIBLE_DEVICES order: %s" % result["cuda_visible_devices"]]
     for stage in result["pp_layer_partition"]:
-        lines.append("  stage %d: layers %d-%d on GPUs %s" % (stage["stage"], stage["first_layer"],
-                                                               stage["last_layer"], stage.get("gpus")))
+        lines.append("  stage %d: layers %d-%d on GPUs %s"
+                     % (stage["stage"], stage["first_layer"], stage["last_layer"], stage.get("gpus")))
     mem = result["memory"]
     lines.append("memory per GPU: weights %s, usable %s (mem_fraction_static %s, %s), KV room %s (~%d tokens), "
                  "fits: %s" % (_gb(mem["weights_per_gpu_bytes"]), _gb(mem["usable_bytes"]), mem["mem_fraction_static"],

@@ -580,7 +580,7 @@ def analyze(record, facts=None):
     if slow:
         worst = sorted(slow.items(), key=lambda kv: kv[0])
         findings.append(_finding(
-            "preflight-p2p-slow", "warning", [g for (a, b), _ in worst for g in (a, b)],
+            "preflight-p2p-slow", "warning", [g for (a, b), _gbps in worst for g in (a, b)],
             "P2P far below its tier: %s" % "; ".join(
                 "%d->%d %.1f GB/s, expected ~%.0f from %s" % (a, b, _gbps(record, a, b), e, basis)
                 for (a, b), (e, basis) in worst[:8]),

@@ -257,7 +257,7 @@ def _nvlink_counts(gpus, remotes, nvlink_p2p):
     when NVML says the pair can do P2P over NVLink (as nvidia-smi shows NV18 for H100/H200 on NVSwitch)."""
     n = len(gpus)
     by_bus = {g["pci_bus_id"][-12:]: g["index"] for g in gpus}   # domain width differs between calls
-    direct = [[0] * n for _ in range(n)]
+    direct = [[0] * n for _row in range(n)]
     switch = [0] * n
     for i, links in enumerate(remotes):
         for kind, bus in links:
@@ -265,7 +265,7 @@ def _nvlink_counts(gpus, remotes, nvlink_p2p):
                 switch[i] += 1
             elif bus is not None and bus[-12:] in by_bus:
                 direct[i][by_bus[bus[-12:]]] += 1
-    counts = [[0] * n for _ in range(n)]
+    counts = [[0] * n for _row in range(n)]
     for i in range(n):
         for j in range(n):
             if i == j:
@@ -297,7 +297,7 @@ def read_raw(nvml, sysfs_root="/sys"):
             handles.append(handle)
             gpus.append(gpu)
         n = len(gpus)
-        levels = [["X"] * n for _ in range(n)]
+        levels = [["X"] * n for _row in range(n)]
         for i in range(n):
             for j in range(i + 1, n):
                 level = rd.call("nvmlDeviceGetTopologyCommonAncestor", handles[i], handles[j], gpu=i, optional=True)
@@ -403,7 +403,7 @@ at idle), persistence mode, the driver's minor/patch version, NUMA node numbers 
 def fingerprint(facts):
     """Stable 12-hex-digit id of what determines performance (see FINGERPRINT_DOC)."""
     basis = {
-        "driver_branch": str(facts.get("driver_version", "")).split(".")[0],
+        "driver_branch": str(facts.get("driver_version", "")).split(".", maxsplit=1)[0],
         "gpu_count": facts["gpu_count"],
         "gpus": [[g["name"], g["memory"]["total_bytes"], g["compute_capability"],
                   g["pcie"]["max_gen"], g["pcie"]["max_width"], g["mig_enabled"]] for g in facts["gpus"]],

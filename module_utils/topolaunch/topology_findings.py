@@ -104,8 +104,9 @@ def _pcie_findings(facts):
         out.append(_finding(
             "pcie-link-degraded", "warning", [g["index"] for g in width],
             "PCIe link narrower than the GPU supports: %s." % "; ".join(
-                "GPU %d x%d of x%d (Gen%d of Gen%d)" % (g["index"], g["pcie"]["cur_width"], g["pcie"]["max_width"],
-                                                         g["pcie"]["cur_gen"], g["pcie"]["max_gen"]) for g in width),
+                "GPU %d x%d of x%d (Gen%d of Gen%d)"
+                % (g["index"], g["pcie"]["cur_width"], g["pcie"]["max_width"], g["pcie"]["cur_gen"], g["pcie"]["max_gen"])
+                for g in width),
             "Reseat the GPU or riser, check the slot's wiring (x16 electrical) and the BIOS PCIe settings "
             "(link width/bifurcation); confirm with `nvidia-smi -q -d PCIE`."))
     if gen:

@@ -11,7 +11,7 @@ def cpulist(cpus):
     start = prev = None
     for cpu in cpus + [None]:
         if start is not None and (cpu is None or cpu != prev + 1):
-            parts.append(str(start) if start == prev else "%d-%d" % (start, prev))
+            parts.append(str(start) if start == prev else "%s-%s" % (start, prev))
             start = None
         if cpu is not None and start is None:
             start = cpu
@@ -85,8 +85,8 @@ def _plain(text):
 
 def render_report(facts):
     """Lines for a human: the matrix and P2P read table without escapes or tabs, then the findings."""
-    lines = _plain(render_matrix(facts).split("\nLegend:")[0]) + [""]
-    lines += _plain(render_p2p(facts, "read").split("\nLegend:")[0]) + [""]
+    lines = _plain(render_matrix(facts).split("\nLegend:", maxsplit=1)[0]) + [""]
+    lines += _plain(render_p2p(facts, "read").split("\nLegend:", maxsplit=1)[0]) + [""]
     lines.append("fingerprint %s, driver %s, CUDA %s, %d GPU(s): %s" % (
         facts["fingerprint"], facts["driver_version"], facts["cuda_driver_version"], facts["gpu_count"],
         ", ".join(sorted({g["name"] for g in facts["gpus"]}))))

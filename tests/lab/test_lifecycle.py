@@ -333,3 +333,46 @@ def test_foreign_process_on_another_gpu_survives_and_one_on_ours_stops_the_play(
         host.ssh("kill %d || true" % foreign)
     rc, out = host.relaunch("-e", "layout=tp8")
     assert rc == 0, out[-4000:]
+
+
+def test_a_plan_for_other_gpus_is_refused_before_anything_is_stopped(host, good_tp8, tmp_path):
+    """Validate is one call on the host before cleanup: a plan made for another topology fails there, naming both
+    fingerprints, and the running server is untouched."""
+    before = host.ssh("systemctl show -p InvocationID --value %s" % UNIT)
+    other = dict(good_tp8, topology_fingerprint="0123456789ab")
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps({"topolaunch_plan": other}))
+    rc, out = host.relaunch("-e", "@%s" % path)
+    assert rc != 0
+    assert "the plan was made for topology 0123456789ab but this host reads %s" % good_tp8["topology_fingerprint"] in out
+    assert "nothing was stopped" in out and "TASK [topolaunch.sglang.cleanup" not in out
+    assert host.ssh("systemctl show -p InvocationID --value %s" % UNIT) == before
+
+
+def changed_tasks(out):
+    """The tasks an ansible-playbook run reported changed, and the recap's changed count."""
+    changed, task = [], None
+    for line in out.splitlines():
+        if line.startswith("TASK ["):
+            task = line
+        elif line.startswith("changed: "):
+            changed.append(task)
+    recap = [int(word.split("=")[1]) for line in out.splitlines() if line.startswith("lc ") and "changed=" in line
+             for word in line.split() if word.startswith("changed=")]
+    return changed, recap
+
+
+def test_a_second_run_and_check_mode_change_nothing(host, good_tp8):
+    """On a converged host (the whole deploy.yml ran, bench included), deploy.yml again and deploy.yml --check report
+    changed=0: the same plan's server is kept with its record, health of an untouched server writes nothing, a server
+    already measured at this workload is not measured again, provisioning predicts no pip install."""
+    rc, out = host.play()
+    assert rc == 0, out[-6000:]
+    for args in ((), ("--check",)):
+        rc, out = host.play(*args)
+        assert rc == 0, out[-6000:]
+        changed, recap = changed_tasks(out)
+        assert recap == [0] and changed == [], (args, changed, recap)
+        assert "Leaving the server running: the same plan already runs" in out
+        assert "up for " in out and "s, not restarted" in out
+        assert "is already measured at this workload" in out

@@ -1,139 +1,32 @@
-"""Unit-test fixtures: the lab's fake NVML, loaded in-process under the real nvidia-ml-py.
-
-`fake_nvml` builds lab/fakenvml into build/fakenvml (make is a no-op when up to date), loads
-libnvidia-ml.so.1 from there with RTLD_GLOBAL before pynvml opens it by soname (so pynvml gets
-the fake), points the fake at a spec and a per-test registration directory, and shuts NVML
-down after the test.
-
-    def test_x(fake_nvml):
-        fake_nvml.use("proxmox-8x-rtx-pro-6000-vnuma")   # name in lab/specs, a path, or a dict
-        pid = fake_nvml.register(0, 4 << 30)               # this process holds 4 GiB on GPU 0
-        ...pynvml calls...
-
-The SGLang simulator's fixtures (`sim_wheels`, `sim_site`, `sim_site_0523`, `lab`) live in simlab.py and are
-registered here.
-"""
-import ctypes
-import importlib.util
+"""Unit-test fixtures: run a module's main() or an action plugin's run() as Ansible does (one helper each)."""
 import json
-import os
-import pathlib
-import subprocess
 
 import pytest
-from simlab import lab, sim_site, sim_site_0523, sim_wheels  # noqa: F401 - the simulator's fixtures
+from ansible.module_utils.testing import patch_module_args
+from ansible.plugins.action import ActionBase
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-FAKENVML_SRC = ROOT / "lab" / "fakenvml"
-FAKENVML_BUILD = ROOT / "build" / "fakenvml"
-SPECS_DIR = ROOT / "lab" / "specs"
+from actions import make_action
 
 
-def _load_fakegpu():
-    spec = importlib.util.spec_from_file_location("fakegpu", FAKENVML_SRC / "fakegpu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+# ---------------------------------------------------------------------------------------- modules and actions
+@pytest.fixture
+def run_module(capsys):
+    """Run a module's main() as Ansible does (arguments in, one JSON result out):
+    run_module(module, args, check_mode=False) -> (exit code, result, raw stdout)."""
 
+    def run(module, args, check_mode=False):
+        if check_mode:
+            args = dict(args, _ansible_check_mode=True)
+        with patch_module_args(args), pytest.raises(SystemExit) as exc:
+            module.main()
+        out = capsys.readouterr().out
+        return exc.value.code, json.loads(out), out
 
-fakegpu = _load_fakegpu()
-
-
-@pytest.fixture(scope="session")
-def fake_nvml_build():
-    """Build the fake (no-op when up to date) and load it as libnvidia-ml.so.1; returns the build dir."""
-    proc = subprocess.run(["make", "-s", "-C", str(FAKENVML_SRC), f"OUT={FAKENVML_BUILD}"],
-                          capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        pytest.fail(f"building the fake NVML failed (make -C {FAKENVML_SRC}):\n{proc.stdout}{proc.stderr}")
-    # Loaded first, by path and globally: pynvml's CDLL("libnvidia-ml.so.1") then finds this object by soname.
-    ctypes.CDLL(str(FAKENVML_BUILD / "libnvidia-ml.so.1"), mode=ctypes.RTLD_GLOBAL)
-    return FAKENVML_BUILD
-
-
-class FakeNvml:
-    """Drives the fake NVML for one test. Attributes: build_dir, lib_path, smi_path, state_dir,
-    spec_path and spec (the dict last passed to use(), None if it was not valid JSON)."""
-
-    specs_dir = SPECS_DIR
-
-    def __init__(self, build_dir, tmp_path, monkeypatch):
-        self.build_dir = build_dir
-        self.lib_path = build_dir / "libnvidia-ml.so.1"
-        self.smi_path = build_dir / "nvidia-smi"
-        self._tmp = tmp_path
-        self._monkeypatch = monkeypatch
-        self.state_dir = tmp_path / "fake-nvml-state"
-        self.state_dir.mkdir()
-        self.state_dir.chmod(0o1777)
-        monkeypatch.setenv("FAKE_NVML_STATE_DIR", str(self.state_dir))
-        self.spec_path = None
-        self.spec = None
-        self._spec_count = 0
-
-    def spec_file(self, spec):
-        """Path of a spec given as a name in lab/specs ("h200x2-vm-real"), a path, or a dict (written out)."""
-        if isinstance(spec, dict):
-            self._spec_count += 1
-            path = self._tmp / f"spec-{self._spec_count}.json"
-            path.write_text(json.dumps(spec, indent=1))
-            return path
-        spec = str(spec)
-        named = SPECS_DIR / (spec if spec.endswith(".json") else spec + ".json")
-        if "/" not in spec and named.is_file():
-            return named
-        path = pathlib.Path(spec)
-        if not path.is_file():
-            raise FileNotFoundError(f"no spec {spec!r}: not in {SPECS_DIR} and not a file")
-        return path
-
-    def use(self, spec, init=True):
-        """Point FAKE_NVML_SPEC at `spec` and (by default) call pynvml.nvmlInit(); returns the spec dict."""
-        import pynvml
-
-        self.spec_path = self.spec_file(spec)
-        self._monkeypatch.setenv("FAKE_NVML_SPEC", str(self.spec_path))
-        try:
-            self.spec = json.loads(self.spec_path.read_text())
-        except ValueError:
-            self.spec = None
-        if init:
-            pynvml.nvmlInit()
-        return self.spec
-
-    def register(self, gpu_index, used_bytes, pid=None):
-        """Register `used_bytes` on GPU `gpu_index` for `pid` (default: this test process); returns the pid."""
-        pid = os.getpid() if pid is None else pid
-        fakegpu.register(gpu_index, used_bytes, pid=pid, state_dir=self.state_dir)
-        return pid
-
-    def unregister(self, gpu_index, pid=None):
-        return fakegpu.unregister(gpu_index, pid=pid, state_dir=self.state_dir)
-
-    @property
-    def env(self):
-        """Environment for a subprocess that should see the same fake GPUs (python + pynvml, nvidia-smi)."""
-        env = dict(os.environ)
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(self.build_dir), env.get("LD_LIBRARY_PATH")]))
-        env["FAKE_NVML_STATE_DIR"] = str(self.state_dir)
-        if self.spec_path is not None:
-            env["FAKE_NVML_SPEC"] = str(self.spec_path)
-        return env
-
-    def shutdown(self):
-        """Undo every nvmlInit still open (the test's and the code's under test)."""
-        import pynvml
-
-        for _ in range(1000):
-            try:
-                pynvml.nvmlShutdown()
-            except pynvml.NVMLError_Uninitialized:
-                return
-        raise AssertionError("nvmlShutdown still succeeding after 1000 calls: init/shutdown leak")
+    return run
 
 
 @pytest.fixture
-def fake_nvml(fake_nvml_build, tmp_path, monkeypatch):
-    helper = FakeNvml(fake_nvml_build, tmp_path, monkeypatch)
-    yield helper
-    helper.shutdown()
+def run_action(monkeypatch):
+    """Run a controller-side action plugin as Ansible does: run_action(plugin, args, check_mode=False) -> result."""
+    monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+    return lambda plugin, args, check_mode=False: make_action(plugin, args, check_mode).run(task_vars={})

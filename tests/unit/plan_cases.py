@@ -3,8 +3,8 @@ import copy
 import json
 import pathlib
 
-from topolaunch import topology
-from topolaunch.topology_replay import Replay
+from ansible_collections.topolaunch.sglang.plugins.module_utils import topology
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils.topology_replay import Replay
 from topology_cases import load_spec, make_sysfs, synthesize
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

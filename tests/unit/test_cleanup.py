@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from topolaunch.cleanup import (DEFAULTS, CleanupError, _summary, classify, cleanup, in_unit_cgroup, read_process,
+from ansible_collections.topolaunch.sglang.plugins.modules import gpu_cleanup
+from ansible_collections.topolaunch.sglang.plugins.module_utils.cleanup import (DEFAULTS, CleanupError, _summary, classify, cleanup, in_unit_cgroup, read_process,
                                 stop_unit)
 
 SPEC = "proxmox-8x-rtx-pro-6000-vnuma"        # 8 GPUs, 560 MiB used with no process
@@ -240,6 +241,15 @@ def test_running_plan_gpus_and_port_are_added(nvml, procs, tmp_path):
     res = cleanup(_opts(tmp_path, gpu_indices=[0, 1]), nvml)
     assert res["gpu_indices"] == [0, 1, 4, 5, 6, 7] and res["ports"] == [31999]
     assert [p["pid"] for p in res["stopped"]] == [old]
+    assert res["plan"] == {"gpu_indices": [4, 5, 6, 7], "port": 31999}      # the plan it stopped
+
+
+@needs_root
+def test_the_running_plan_is_found_in_the_state_dir(nvml, procs, tmp_path):
+    (tmp_path / "current_plan.json").write_text(json.dumps({"gpu_indices": [6], "port": 31998}))
+    opts = dict(_opts(tmp_path, gpu_indices=[0]), current_plan_path=None, state_dir=str(tmp_path))
+    res = cleanup(opts, nvml)
+    assert res["gpu_indices"] == [0, 6] and res["ports"] == [31998] and res["plan"]["port"] == 31998
 
 
 def _listener(user):
@@ -387,29 +397,18 @@ def test_stop_unit_then_leftovers_of_our_server(nvml, procs, tmp_path):
 
 # ------------------------------------------------------------------------------------------- module main()
 
-def _run_module(args, check_mode=False):
-    import gpu_cleanup  # pylint: disable=import-outside-toplevel
-    from ansible.module_utils.testing import patch_module_args  # pylint: disable=import-outside-toplevel
-    if check_mode:
-        args = dict(args, _ansible_check_mode=True)
-    with patch_module_args(args), pytest.raises(SystemExit) as exc:
-        gpu_cleanup.main()
-    return exc.value.code
-
-
 @needs_root
-def test_module_main_check_mode_and_foreign_failure(nvml, procs, tmp_path, monkeypatch, capsys):
-    import gpu_cleanup  # pylint: disable=import-outside-toplevel
+def test_module_main_check_mode_and_foreign_failure(nvml, procs, tmp_path, monkeypatch, run_module):
     monkeypatch.setattr(gpu_cleanup, "import_nvml", lambda: nvml)
     ours = procs.spawn("sglang::scheduler_PP0_TP0", OURS, gpus=[0])
     args = {"gpu_indices": [0, 1], "service_user": OURS, "current_plan_path": str(tmp_path / "none.json")}
-    assert _run_module(args, check_mode=True) == 0
-    out = json.loads(capsys.readouterr().out)
+    rc, out, _ = run_module(gpu_cleanup, args, check_mode=True)
+    assert rc == 0
     assert out["changed"] is True and [p["pid"] for p in out["would_stop"]] == [ours] and _alive(ours)
 
     foreign = procs.spawn(None, OTHER, gpus=[1], body="sleep 603")
-    assert _run_module(args) == 1
-    out = json.loads(capsys.readouterr().out)
+    rc, out, _ = run_module(gpu_cleanup, args)
+    assert rc == 1
     assert out["failed"] is True and "pid %d user %s" % (foreign, OTHER) in out["msg"]
     assert _alive(ours) and _alive(foreign)
 

@@ -1,4 +1,4 @@
-"""sglang_wait: milestones from SGLang's log lines, a dead unit fails at once with its error lines, timeouts; once
+"""sglang_health (health.py and the module): milestones from SGLang's log lines, a dead unit fails at once with its error lines, timeouts; once
 ready the server is verified (/health, /model_info, /generate) and its plan recorded as the last known good one.
 
 systemctl and journalctl are replaced by a scripted `run` (a list of states the unit goes through), the server's
@@ -12,13 +12,12 @@ import stat
 
 import pytest
 import yaml
-from ansible.module_utils.testing import patch_module_args
 
-import sglang_wait
-from ansible.module_utils.topolaunch import health as module_health
-from simlab import Lab, free_port
-from topolaunch.system import parse_show
-from topolaunch.health import (HealthError, base_url, check, error_lines, milestone, port_open,
+from ansible_collections.topolaunch.sglang.plugins.modules import sglang_health as sglang_wait
+from ansible_collections.topolaunch.sglang.plugins.module_utils import health as module_health
+from simlab import Lab, free_port, sim_site, sim_wheels  # noqa: F401  pylint: disable=unused-import
+from ansible_collections.topolaunch.sglang.plugins.module_utils.system import parse_show
+from ansible_collections.topolaunch.sglang.plugins.module_utils.health import (HealthError, base_url, check, error_lines, milestone, port_open,
                                read_plan, record_last_good, verify, wait_chunk)
 
 LOG = [
@@ -211,7 +210,6 @@ PLAN = {"layout": {"name": "tp8", "tp": 8, "pp": 1}, "gpu_indices": list(range(8
 INFO = {"model_path": "/srv/models/glm-5-nvfp4", "is_generation": True}
 GENERATED = {"text": " Paris. The capital of Germany is", "meta_info": {"completion_tokens": 8, "prompt_tokens": 5}}
 KEY = "tl-test-key-6f1c0b9e2d"
-CANDIDATES = [{"name": "tp8", "valid": True, "score": 1.0}, {"name": "tp4pp2", "valid": True, "score": 0.52}]
 ME = (os.geteuid(), os.getegid())           # owner of what the tests write (root in production)
 
 
@@ -236,9 +234,8 @@ class Server:
 
 @pytest.fixture
 def state(tmp_path):
-    """A state directory with current_plan.json as the launch stage writes it (with the planner's candidates table,
-    which results leave out: they compare equal to PLAN); returns (dir, its content)."""
-    text = json.dumps(dict(PLAN, candidates=CANDIDATES), indent=4, sort_keys=True) + "\n"
+    """A state directory with current_plan.json as the launch stage writes it; returns (dir, its content)."""
+    text = json.dumps(PLAN, indent=4, sort_keys=True) + "\n"
     (tmp_path / "current_plan.json").write_text(text)
     return tmp_path, text
 
@@ -254,7 +251,7 @@ def _check(state_dir, unit, server, clock, **kw):
 @pytest.fixture
 def ready_on_30000(monkeypatch):
     """Port 30000 of the plan 'accepts connections' (the scripted server stands behind it)."""
-    monkeypatch.setattr("topolaunch.health.port_open", lambda host, port, timeout=1.0: port == 30000)
+    monkeypatch.setattr("ansible_collections.topolaunch.sglang.plugins.module_utils.health.port_open", lambda host, port, timeout=1.0: port == 30000)
     monkeypatch.setattr(module_health, "port_open", lambda host, port, timeout=1.0: port == 30000)
 
 
@@ -421,16 +418,17 @@ def test_a_missing_or_bad_plan_says_the_launch_stage_writes_it(tmp_path, content
 
 
 # ------------------------------------------------------------------------------------------ the module's main()
-def run_module(args, capsys, monkeypatch, unit, server, check_mode=False):
-    clock = Clock()
-    monkeypatch.setattr(sglang_wait, "check", functools.partial(module_health.check, run=unit.run, http=server,
-                                                                owner=ME, clock=clock, sleep=clock.sleep))
-    if check_mode:
-        args = dict(args, _ansible_check_mode=True)
-    with patch_module_args(args), pytest.raises(SystemExit) as exc:
-        sglang_wait.main()
-    out = capsys.readouterr().out
-    return exc.value.code, json.loads(out), out
+@pytest.fixture
+def health_module(run_module, monkeypatch):
+    """sglang_health's main() against a scripted unit and server: health_module(args, unit, server, check_mode)."""
+
+    def run(args, unit, server, check_mode=False):
+        clock = Clock()
+        monkeypatch.setattr(sglang_wait, "check", functools.partial(module_health.check, run=unit.run, http=server,
+                                                                    owner=ME, clock=clock, sleep=clock.sleep))
+        return run_module(sglang_wait, args, check_mode)
+
+    return run
 
 
 def module_args(state_dir, **kw):
@@ -438,71 +436,61 @@ def module_args(state_dir, **kw):
                  "last_good_path": str(state_dir / "last_good_plan.json"), "verify": True}, **kw)
 
 
-def test_module_verifies_records_and_keeps_the_key_out_of_its_output(state, ready_on_30000, capsys, monkeypatch):
+def test_module_verifies_records_and_keeps_the_key_out_of_its_output(state, ready_on_30000, health_module):
     state_dir, text = state
     server = Server()
-    rc, res, out = run_module(module_args(state_dir, api_key=KEY), capsys, monkeypatch, Unit([(active(), LOG)]), server)
+    rc, res, out = health_module(module_args(state_dir, api_key=KEY), Unit([(active(), LOG)]), server)
     assert rc == 0 and res["changed"] is True and res["state"] == "ready" and res["generated_tokens"] == 8
     assert res["plan"] == PLAN and (state_dir / "last_good_plan.json").read_text() == text
     assert server.calls[1]["headers"]["Authorization"] == "Bearer " + KEY          # sent...
     assert KEY not in out                                                             # ...but never shown
-    rc, res, _ = run_module(module_args(state_dir, api_key=KEY), capsys, monkeypatch, Unit([(active(), LOG)]),
+    rc, res, _ = health_module(module_args(state_dir, api_key=KEY), Unit([(active(), LOG)]),
                             Server())
     assert rc == 0 and res["changed"] is False
 
 
-def test_module_check_mode_reports_the_change_without_writing(state, ready_on_30000, capsys, monkeypatch):
+def test_module_check_mode_reports_the_change_without_writing(state, ready_on_30000, health_module):
     state_dir, _ = state
-    rc, res, _ = run_module(module_args(state_dir), capsys, monkeypatch, Unit([(active(), LOG)]), Server(),
+    rc, res, _ = health_module(module_args(state_dir), Unit([(active(), LOG)]), Server(),
                             check_mode=True)
     assert rc == 0 and res["changed"] is True and res["verified"] is True
     assert not (state_dir / "last_good_plan.json").exists()
 
 
-def test_module_failures_carry_the_plan(state, ready_on_30000, capsys, monkeypatch):
+def test_module_failures_carry_the_plan(state, ready_on_30000, health_module):
     state_dir, _ = state
-    rc, res, out = run_module(module_args(state_dir, api_key=KEY), capsys, monkeypatch, Unit([(active(), LOG)]),
+    rc, res, out = health_module(module_args(state_dir, api_key=KEY), Unit([(active(), LOG)]),
                               Server(generate=[(200, {"text": "", "meta_info": {"completion_tokens": 0}})]))
     assert rc == 1 and res["failed"] is True and res["msg"].startswith("/generate returned no tokens")
     assert res["plan"] == PLAN and KEY not in out
     assert not (state_dir / "last_good_plan.json").exists()
     dead = Unit([(active(ActiveState="failed", SubState="failed", Result="exit-code", ExecMainCode="1",
                          ExecMainStatus="1"), CRASH)])
-    rc, res, _ = run_module(module_args(state_dir), capsys, monkeypatch, dead, Server())
+    rc, res, _ = health_module(module_args(state_dir), dead, Server())
     assert rc == 1 and "died while starting" in res["msg"] and res["plan"] == PLAN
     assert res["error_lines"] == error_lines(CRASH)
 
 
-def test_module_without_a_plan_fails_before_watching(tmp_path, capsys, monkeypatch):
+def test_module_without_a_plan_fails_before_watching(tmp_path, health_module):
     unit = Unit([(active(), LOG)])
-    rc, res, _ = run_module(module_args(tmp_path), capsys, monkeypatch, unit, Server())
+    rc, res, _ = health_module(module_args(tmp_path), unit, Server())
     assert rc == 1 and "The launch stage writes it" in res["msg"] and "plan" not in res
     assert unit.calls == []
 
 
-def test_module_documents_each_option_with_its_type_and_default(monkeypatch):
-    class Spec(Exception):
-        pass
-
-    def capture(argument_spec, **_kw):
-        raise Spec(argument_spec)
-
-    monkeypatch.setattr(sglang_wait, "AnsibleModule", capture)
-    with pytest.raises(Spec) as spec:
-        sglang_wait.main()
-    spec = spec.value.args[0]
-    options = yaml.safe_load(sglang_wait.DOCUMENTATION)["options"]
-    assert {k: (v["type"], v.get("default")) for k, v in options.items()} == {
-        k: (v["type"], v.get("default")) for k, v in spec.items()}
-    assert spec["api_key"]["no_log"] is True
-    assert yaml.safe_load(sglang_wait.EXAMPLES)[0]["sglang_wait"]["verify"] is True
-    assert {"plan", "generated_tokens", "state"} <= set(yaml.safe_load(sglang_wait.RETURN))
+def test_module_keeps_the_key_secret_and_documents_both_modes():
+    assert sglang_wait.ARGUMENT_SPEC["api_key"]["no_log"] is True
+    examples = yaml.safe_load(sglang_wait.EXAMPLES)
+    assert examples[0]["topolaunch.sglang.sglang_health"]["verify"] is True
+    assert examples[1]["topolaunch.sglang.sglang_health"]["mode"] == "serving"
+    assert {"plan", "generated_tokens", "state", "already_serving", "last_good_plan"} <= set(
+        yaml.safe_load(sglang_wait.RETURN))
 
 
-def test_module_refuses_a_zero_timeout(state, capsys, monkeypatch):
+def test_module_refuses_a_zero_timeout(state, health_module):
     state_dir, _ = state
-    rc, res, _ = run_module(module_args(state_dir, ready_timeout=0), capsys, monkeypatch, Unit([]), Server())
-    assert rc == 1 and res["msg"] == "ready_timeout 0.0: must be greater than 0"
+    rc, res, _ = health_module(module_args(state_dir, ready_timeout=0), Unit([]), Server())
+    assert rc == 1 and res["msg"] == "ready_timeout 0.0: must be greater than 0" and res["stage"] == "health"
 
 
 # ------------------------------------------------------------------------------------------ the real simulator
@@ -537,3 +525,70 @@ def test_verify_against_the_simulator(tmp_path, sim_site):  # noqa: F811  pylint
         lab.cleanup()
     with pytest.raises(HealthError, match=r"did not answer 200 within 0.3 s .*got no answer"):
         verify({"port": free_port()}, ready_timeout=0.3, poll_s=0.05)
+
+
+# ------------------------------------------------------------------------------------------ what callers decide on
+def test_a_server_found_serving_at_the_first_look_is_already_serving(state, ready_on_30000):
+    state_dir, _ = state
+    clock = Clock()
+    res = _check(state_dir, Unit([(active(ExecMainStartTimestampMonotonic="400000000"), LOG)]), Server(), clock)
+    assert res["already_serving"] is True and res["since_start_s"] == 600.0
+    starting = Unit([(active(), ["Load weight begin"]), (active(), LOG)])
+    res = _check(state_dir, starting, Server(), Clock(), known="load_weight_begin")
+    assert res["state"] == "ready" and res["already_serving"] is False      # followed, not found
+
+
+def test_a_failure_carries_the_last_good_plan_and_whether_it_is_another_server(state, closed_port):
+    state_dir, _ = state
+    dead = Unit([(active(ActiveState="failed", SubState="failed", Result="exit-code", ExecMainCode="1",
+                         ExecMainStatus="1"), CRASH)])
+    with pytest.raises(HealthError) as err:
+        _check(state_dir, dead, Server(), Clock())
+    assert err.value.result["last_good_plan"] == {} and err.value.result["last_good_differs"] is False
+    tp4pp2 = dict(PLAN, layout={"name": "tp4pp2", "tp": 4, "pp": 2}, reason="whatever")
+    (state_dir / "last_good_plan.json").write_text(json.dumps(tp4pp2))
+    with pytest.raises(HealthError) as err:
+        _check(state_dir, dead, Server(), Clock())
+    assert err.value.result["last_good_plan"] == tp4pp2 and err.value.result["last_good_differs"] is True
+    # The same server with other words (reason, estimate) is the plan that failed: nothing to go back to.
+    (state_dir / "last_good_plan.json").write_text(json.dumps(dict(PLAN, reason="other words")))
+    with pytest.raises(HealthError) as err:
+        _check(state_dir, dead, Server(), Clock())
+    assert err.value.result["last_good_differs"] is False
+
+
+def _serving(state_dir, unit, server):
+    return _check(state_dir, unit, server, Clock(), mode="serving", verify_server=False)
+
+
+def test_serving_mode_passes_for_the_verified_plan_and_writes_nothing(state, ready_on_30000):
+    state_dir, text = state
+    (state_dir / "last_good_plan.json").write_text(text)
+    server = Server()
+    res = _serving(state_dir, Unit([(active(), LOG)]), server)
+    assert res["state"] == "ready" and res["plan"] == PLAN and server.paths() == ["/health"]
+    assert sorted(p.name for p in state_dir.iterdir()) == ["current_plan.json", "last_good_plan.json"]
+
+
+@pytest.mark.parametrize("case, words", [
+    ("no_last_good", "Health has not passed for the plan this server runs: it runs layout tp8 (current_plan.json) "
+                     "but health last passed for no plan"),
+    ("other_last_good", "but health last passed for layout tp4pp2 (last_good_plan.json)"),
+    ("health_503", "/health answered 503: starting, not 200"),
+    ("loading", "The server is not serving yet: topolaunch-sglang.service is at 'Load weight begin'"),
+    ("dead", "The server is not serving: topolaunch-sglang.service died while starting"),
+])
+def test_serving_mode_refuses(state, ready_on_30000, case, words):
+    state_dir, text = state
+    if case != "no_last_good":
+        other = dict(PLAN, layout={"name": "tp4pp2"}) if case == "other_last_good" else PLAN
+        (state_dir / "last_good_plan.json").write_text(json.dumps(other))
+    unit = Unit([(active(), LOG)])
+    if case == "loading":
+        unit = Unit([(active(), ["Load weight begin"])])
+    elif case == "dead":
+        unit = Unit([(active(ActiveState="failed", SubState="failed"), CRASH)])
+    server = Server(health=[(503, "starting")]) if case == "health_503" else Server()
+    with pytest.raises(HealthError) as err:
+        _serving(state_dir, unit, server)
+    assert words in str(err.value), str(err.value)

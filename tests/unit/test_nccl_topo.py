@@ -7,7 +7,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 from plan_cases import fake_facts
-from topolaunch import nccl_topo, preflight
+from ansible_collections.topolaunch.sglang.plugins.module_utils import nccl_topo, preflight
 from topology_cases import load_spec
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -100,7 +100,7 @@ def test_flat_vm_grouped_by_measured_bandwidth(fake_nvml, tmp_path):
 
 def test_flat_vm_with_sysfs_numa_uses_the_numa_islands(fake_nvml, tmp_path):
     from topology_cases import make_sysfs
-    from topolaunch import topology
+    from ansible_collections.topolaunch.sglang.plugins.module_utils import topology
     import pynvml
 
     spec = naive_with_clique(numa=True)

@@ -2,15 +2,16 @@
 the calibration set replayed through it (tools/calibration.py)."""
 import json
 import pathlib
-import sys
 
 import pytest
 
 from plan_cases import FIELD_ARGS, model_path, synth_facts
-from topolaunch import plan_perf, plan_score, planner
+from ansible_collections.topolaunch.sglang.plugins.module_utils import plan_perf, plan_score, planner
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils import calibration
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CALIBRATION = ROOT / "tests" / "calibration"
+calibration.ROOT = ROOT   # the set of this checkout, also when the built collection is the one imported
 VNUMA = "proxmox-8x-rtx-pro-6000-vnuma"
 
 
@@ -68,9 +69,6 @@ def calibration_spec(name):
 
 def replayed(case_id, tmp_path):
     """{layout: estimated tok/s} of a calibration case as tools/calibration.py replays it."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    import calibration
-
     case = next(c for c in calibration.load_cases() if c["id"] == case_id)
     return {e["layout"]: calibration.predict(e, plan_perf.EFFICIENCY)
             for e in calibration.replay(case, tmp_path / case_id)}
@@ -156,9 +154,6 @@ def test_the_reason_says_whether_the_margin_is_inside_the_models_error(vnuma):
 
 @pytest.fixture(scope="module")
 def calibration_report():
-    sys.path.insert(0, str(ROOT / "tools"))
-    import calibration
-
     return calibration, calibration.run(do_fit=False, loo=False, out=open("/dev/null", "w", encoding="utf-8"))
 
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from topolaunch import preflight
+from ansible_collections.topolaunch.sglang.plugins.module_utils import preflight
 
 HERE = pathlib.Path(__file__).resolve().parent
 FAKE = str(HERE / "preflight_fake_worker.py")

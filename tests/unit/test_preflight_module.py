@@ -6,20 +6,11 @@ import sys
 
 import pytest
 
-import gpu_preflight
-from ansible.module_utils.testing import patch_module_args
+from ansible_collections.topolaunch.sglang.plugins.modules import gpu_preflight
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 STANDIN = str(ROOT / "lab" / "preflight" / "worker_standin.py")
 SPECS = ROOT / "lab" / "specs"
-
-
-def run_module(args, capsys, check_mode=False):
-    if check_mode:
-        args = dict(args, _ansible_check_mode=True)
-    with patch_module_args(args), pytest.raises(SystemExit) as exc:
-        gpu_preflight.main()
-    return exc.value.code, json.loads(capsys.readouterr().out)
 
 
 def args(tmp_path, spec="proxmox-8x-rtx-pro-6000-vnuma", **extra):
@@ -30,8 +21,8 @@ def args(tmp_path, spec="proxmox-8x-rtx-pro-6000-vnuma", **extra):
     return base
 
 
-def test_check_mode_plans_and_runs_nothing(tmp_path, capsys):
-    code, out = run_module(args(tmp_path, worker="/nowhere/worker.py", python="/nowhere/python"), capsys, True)
+def test_check_mode_plans_and_runs_nothing(tmp_path, run_module):
+    code, out = run_module(gpu_preflight, args(tmp_path, worker="/nowhere/worker.py", python="/nowhere/python"), True)[:2]
     assert code == 0 and out["changed"] is True and out["measured"] is False and out["record"] is None
     assert "check mode: would measure (8 GPUs, 7 groups)" in out["reason"]
     assert [s["name"] for s in out["steps"]] == ["p2p", "allreduce"]
@@ -39,8 +30,8 @@ def test_check_mode_plans_and_runs_nothing(tmp_path, capsys):
     assert not (tmp_path / "var").exists()
 
 
-def test_measures_writes_and_then_reuses_the_record(tmp_path, capsys):
-    code, out = run_module(args(tmp_path), capsys)
+def test_measures_writes_and_then_reuses_the_record(tmp_path, run_module):
+    code, out = run_module(gpu_preflight, args(tmp_path))[:2]
     assert code == 0 and out["changed"] is True and out["measured"] is True
     assert out["ok"] is True and out["findings"] == [] and out["plan_fixes"] == {"env": {}, "server_args": {}}
     assert list(out["figures"]["allreduce_by_size"]) == ["2", "4", "8"]
@@ -49,27 +40,27 @@ def test_measures_writes_and_then_reuses_the_record(tmp_path, capsys):
     saved = json.loads(path.read_text())
     assert saved["fingerprint"] == "0123456789ab" and path.stat().st_mode & 0o777 == 0o644
     assert saved["pairs"] == out["record"]["pairs"]
-    code, again = run_module(args(tmp_path, worker="/nowhere/worker.py"), capsys)       # nothing runs
+    code, again = run_module(gpu_preflight, args(tmp_path, worker="/nowhere/worker.py"))[:2]       # nothing runs
     assert code == 0 and again["changed"] is False and again["measured"] is False
     assert again["reason"] == "record for 0123456789ab at %s" % path and again["figures"] == out["figures"]
-    code, check = run_module(args(tmp_path), capsys, check_mode=True)
+    code, check = run_module(gpu_preflight, args(tmp_path), True)[:2]
     assert check["changed"] is False and check["record"]["fingerprint"] == "0123456789ab"
-    code, forced = run_module(args(tmp_path, force=True), capsys)
+    code, forced = run_module(gpu_preflight, args(tmp_path, force=True))[:2]
     assert forced["measured"] is True and forced["changed"] is True
-    code, other = run_module(args(tmp_path, fingerprint="ba9876543210"), capsys)
+    code, other = run_module(gpu_preflight, args(tmp_path, fingerprint="ba9876543210"))[:2]
     assert other["measured"] is True and "is for topology 0123456789ab, this is ba9876543210" in other["reason"]
 
 
-def test_the_hanging_pair_box_returns_the_fix(tmp_path, capsys):
-    code, out = run_module(args(tmp_path, spec="proxmox-8x-rtx-pro-6000-p2p-hang", step_timeout=1), capsys)
+def test_the_hanging_pair_box_returns_the_fix(tmp_path, run_module):
+    code, out = run_module(gpu_preflight, args(tmp_path, spec="proxmox-8x-rtx-pro-6000-p2p-hang", step_timeout=1))[:2]
     assert code == 0 and out["ok"] is True
     assert [f["id"] for f in out["findings"]] == ["preflight-p2p-hang", "preflight-p2p-disabled-by-plan"]
     assert out["plan_fixes"] == {"env": {"NCCL_P2P_DISABLE": "1"}, "server_args": {"disable_custom_all_reduce": True}}
     assert out["seconds"] < 1 + 5
 
 
-def test_a_worker_that_cannot_run_keeps_no_record(tmp_path, capsys):
-    code, out = run_module(args(tmp_path, spec="proxmox-8x-rtx-pro-6000-naive"), capsys)     # no links section
+def test_a_worker_that_cannot_run_keeps_no_record(tmp_path, run_module):
+    code, out = run_module(gpu_preflight, args(tmp_path, spec="proxmox-8x-rtx-pro-6000-naive"))[:2]     # no links section
     assert code == 0 and out["ok"] is False and out["changed"] is False
     assert out["findings"][0]["id"] == "preflight-worker-failed" and "has no links section" in out["findings"][0]["message"]
     assert not (tmp_path / "var" / "preflight.json").exists()
@@ -83,17 +74,17 @@ def test_a_worker_that_cannot_run_keeps_no_record(tmp_path, capsys):
     ({"environment": {"NCCL_DEBUG": 3}}, "environment.NCCL_DEBUG: 3 must be a string"),
     ({"python": "/nowhere/python"}, "python: /nowhere/python does not exist: the SGLang venv's python"),
 ])
-def test_bad_input_fails_naming_the_value(tmp_path, capsys, change, message):
-    code, out = run_module(args(tmp_path, **change), capsys)
+def test_bad_input_fails_naming_the_value(tmp_path, run_module, change, message):
+    code, out = run_module(gpu_preflight, args(tmp_path, **change))[:2]
     assert code == 1 and out["failed"] is True and message in out["msg"]
     assert not (tmp_path / "var").exists()
 
 
-def test_an_unreadable_record_is_measured_again(tmp_path, capsys):
+def test_an_unreadable_record_is_measured_again(tmp_path, run_module):
     path = tmp_path / "var" / "preflight.json"
     path.parent.mkdir()
     path.write_text("{not json")
-    code, out = run_module(args(tmp_path), capsys)
+    code, out = run_module(gpu_preflight, args(tmp_path))[:2]
     assert out["measured"] is True and "is unreadable" in out["reason"]
     assert json.loads(path.read_text())["fingerprint"] == "0123456789ab"
 

@@ -6,7 +6,7 @@ One GPU: the local copy, a one-rank allreduce and the hangs are real; pairs and 
 import json
 import pathlib
 
-from topolaunch import preflight
+from ansible_collections.topolaunch.sglang.plugins.module_utils import preflight
 
 FIXTURE = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "preflight" / "h200x1-vm"
 

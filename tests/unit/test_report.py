@@ -4,10 +4,9 @@ import pathlib
 import struct
 import sys
 
-from test_results import SERVER_INFO_SIM, bench_line
-from topolaunch import results
+from test_bench import SERVER_INFO_SIM, bench_line
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils import bench as results
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
 import report  # noqa: E402  (tools/ is not a package)
 
 TOPOLOGY = {"fingerprint": "a1b2c3d4e5f6", "gpu_count": 8, "driver_version": "580.95.05", "cuda_driver_version": "13.0",

@@ -1,7 +1,7 @@
 """gpu_topology logic: facts per spec, nvidia-smi layouts, NVSwitch counts, NUMA order, errors, fingerprint, findings.
 
 NVML answers come from topology_cases.synthesize (a recording synthesised from a lab spec) replayed through
-topolaunch.topology_replay.Replay; test_topology_fake.py runs the same checks through the C fake and the real
+plugin_utils topology_replay.Replay; test_topology_fake.py runs the same checks through the C fake and the real
 nvidia-ml-py, test_topology_real.py through answers recorded on a real 2x H200 machine.
 """
 import copy
@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from topolaunch import topology
-from topolaunch.topology_replay import Handle, Replay, ReplayNVMLError
+from ansible_collections.topolaunch.sglang.plugins.module_utils import topology
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils.topology_replay import Handle, Replay, ReplayNVMLError
 from topology_cases import (EXPECTED_MATRIX, EXPECTED_P2P_READ, all_specs, assert_facts_match_spec, load_spec,
                             make_sysfs, synthesize)
 

@@ -4,8 +4,8 @@ import json
 import pynvml
 import pytest
 
-from topolaunch import topology
-from topolaunch.topology_replay import Replay
+from ansible_collections.topolaunch.sglang.plugins.module_utils import topology
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils.topology_replay import Replay
 from topology_cases import (EXPECTED_MATRIX, EXPECTED_P2P_READ, all_specs, assert_facts_match_spec, load_spec,
                             make_sysfs, synthesize)
 

@@ -5,9 +5,9 @@ import pathlib
 
 import pytest
 
-from topolaunch import topology
-from topolaunch.topology_replay import Replay
-from tools import nvml_dump
+from ansible_collections.topolaunch.sglang.plugins.module_utils import topology
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils.topology_replay import Replay
+import nvml_dump
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "nvml"
 

@@ -1,15 +1,16 @@
 """Shared cases of the topology tests: expected nvidia-smi texts, a spec check, and NVML answers synthesised from a
-lab spec (replayed through topolaunch.topology_replay.Replay, so tests can inject errors such as a GPU lost
+lab spec (replayed through plugin_utils topology_replay.Replay, so tests can inject errors such as a GPU lost
 mid-query). test_topology_fake.py checks that the synthesised answers read the same as the C fake's.
 """
 import json
 import pathlib
 
-from topolaunch import topology
+from ansible_collections.topolaunch.sglang.plugins.module_utils import topology
+
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils.spec_facts import (  # noqa: F401 - re-exported
+    INVALID_ARGUMENT, LEVELS, NOT_SUPPORTED, P2P_CODES, SWITCH_BUS, make_sysfs, mask, p2p_status, synthesize)
 
 SPECS = pathlib.Path(__file__).resolve().parents[2] / "lab" / "specs"
-from spec_facts import INVALID_ARGUMENT, LEVELS, NOT_SUPPORTED, P2P_CODES, SWITCH_BUS, make_sysfs, mask, p2p_status, \
-    synthesize  # noqa: F401  (re-exported for the topology tests)
 
 
 def load_spec(name):

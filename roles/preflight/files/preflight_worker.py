@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """topolaunch preflight worker: one measuring step per invocation, JSON lines on stdout.
 
 Runs under the SGLang venv's python (its own torch and NCCL); started by the orchestrator
@@ -122,7 +121,7 @@ def _time_copies(torch, stream, spin, copy, count):
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     spin.hold()
     start.record(stream)
-    for _ in range(count):
+    for _rep in range(count):
         copy()
     end.record(stream)
     covered = spin.covered()
@@ -152,7 +151,7 @@ def measure_copy(torch, src, dst, nbytes, small_bytes, iters, warmup, via_host):
                 ("h2d", dst, lambda: b.copy_(host, non_blocking=True), lambda: sb.copy_(shost, non_blocking=True))):
             with torch.cuda.device(device):
                 stream = torch.cuda.current_stream(device)
-                for _ in range(warmup):
+                for _rep in range(warmup):
                     copy()
                 big_ms, ok1 = _time_copies(torch, stream, spins[device], copy, iters)
                 small_ms, ok2 = _time_copies(torch, stream, spins[device], scopy, LATENCY_COPIES)
@@ -166,7 +165,7 @@ def measure_copy(torch, src, dst, nbytes, small_bytes, iters, warmup, via_host):
         spin = Spin(torch, src)
         with torch.cuda.device(src):
             stream = torch.cuda.current_stream(src)
-            for _ in range(warmup):
+            for _rep in range(warmup):
                 b.copy_(a, non_blocking=True)
                 sb.copy_(sa, non_blocking=True)
             big_ms, ok1 = _time_copies(torch, stream, spin, lambda: b.copy_(a, non_blocking=True), iters)
@@ -262,7 +261,7 @@ def _allreduce_time(torch, dist, spin, buf, iters, group):
     dist.all_reduce(buf, group=group)      # absorbs the ranks' skew after the spin
     start.record(stream)
     queued = time.perf_counter()
-    for _ in range(iters):
+    for _rep in range(iters):
         dist.all_reduce(buf, group=group)
     call_us = (time.perf_counter() - queued) * 1e6 / iters
     end.record(stream)
@@ -286,7 +285,7 @@ def measure_group(torch, dist, group, pg, gpu, args, spin):
     covered = True
     for key, nbytes, iters in (("small", args.small_bytes, max(args.iters, 20) * 2), ("large", args.bytes, args.iters)):
         buf = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device="cuda:%d" % gpu)
-        for _ in range(args.warmup):
+        for _rep in range(args.warmup):
             dist.all_reduce(buf, group=pg)
         ms, ok, call_us = _allreduce_time(torch, dist, spin, buf, iters, pg)
         covered = covered and ok
@@ -301,7 +300,7 @@ def measure_group(torch, dist, group, pg, gpu, args, spin):
         return None
     factor = 2.0 * (n - 1) / n
     small_bytes, small_ms, call_us = figures["small"]
-    large_bytes, large_ms, _ = figures["large"]
+    large_bytes, large_ms = figures["large"][:2]
     algbw = large_bytes / (large_ms / 1000.0) / 1e9
     return {"event": "result", "step": "allreduce", "gpus": group, "size": n,
             "bytes": large_bytes, "time_us": round(large_ms * 1000.0, 3), "algbw_gbps": round(algbw, 3),
@@ -360,7 +359,7 @@ def _gpus(text):
 
 
 def parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     sub = p.add_subparsers(dest="step", required=True)
     sub.add_parser("env", help="torch, CUDA and NCCL versions, devices, CUDA peer access matrix")
     for name, small in (("p2p", 4), ("allreduce", 8192), ("_rank", 8192)):

@@ -1,0 +1,77 @@
+"""Action plugin sglang_bench: the bench stage's controller side, in-process (no module, no round trip).
+
+state=query: the newest complete run of this very server (plan SERVER_KEYS) at this very workload (points and
+bench settings) under results_dir, or none; changes nothing. The bench role skips measuring again when there is one.
+state=record: store one bench_serving run (or one failed sweep layout) under results_dir, never overwriting
+(plugin_utils/bench.py record_run); changed. In check mode nothing is written and the run id that would be used is
+returned. Formerly the module bench_record (delegated to localhost); that name is routed here.
+"""
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils.bench import (ResultsError, failure_message,
+                                                                              load_runs, measured_run, record_run)
+
+ARGUMENT_SPEC = {
+    "state": {"type": "str", "choices": ["record", "query"], "default": "record"},
+    "results_dir": {"type": "path", "required": True},
+    "model": {"type": "str"},
+    "topology_fingerprint": {"type": "str"},
+    "layout": {"type": "str"},
+    "started": {"type": "str"},
+    "points": {"type": "list", "elements": "dict", "default": []},
+    "lines": {"type": "str", "default": ""},
+    "meta": {"type": "dict", "default": {}},
+    "bench": {"type": "dict", "default": {}},
+    "plan": {"type": "dict"},
+    "topology": {"type": "dict"},
+    "versions": {"type": "dict"},
+    "client_error": {"type": "dict"},
+    "error": {"type": "dict"},
+}
+REQUIRED = {"record": ("model", "topology_fingerprint", "layout", "started"), "query": ("plan",)}
+
+
+def query(p):
+    """{measured_run: {run_id, dir, points} or None}."""
+    plan = p["plan"]
+    runs = load_runs(p["results_dir"], model=plan.get("model_name"), fingerprint=plan.get("topology_fingerprint"))
+    found = measured_run(runs, plan, p["points"], p["bench"])
+    if found is None:
+        return {"changed": False, "measured_run": None}
+    return {"changed": False, "measured_run": {"run_id": found["run_id"], "dir": found["dir"],
+                                               "points": found["points"]}}
+
+
+def record(p, check_mode):
+    """{run_id, dir, files, points, failures, message}; changed."""
+    meta = dict(p["meta"], bench=p["bench"]) if p["bench"] else p["meta"]
+    out = record_run(p["results_dir"], p["model"], p["topology_fingerprint"], p["layout"], p["started"], p["points"],
+                     lines=p["lines"], meta=meta, plan=p["plan"], topology=p["topology"], versions=p["versions"],
+                     client_error=p["client_error"], error=p["error"], write=not check_mode)
+    message = (p["error"] or {}).get("message") or failure_message(p["layout"], out["failures"])
+    return dict(out, changed=True, message=message)
+
+
+class ActionModule(ActionBase):
+    """sglang_bench, controller side only."""
+
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        validated = ArgumentSpecValidator(ARGUMENT_SPEC).validate(self._task.args)
+        if validated.error_messages:
+            raise AnsibleActionFail("sglang_bench: %s" % "; ".join(validated.error_messages))
+        p = validated.validated_parameters
+        missing = [k for k in REQUIRED[p["state"]] if not p[k]]
+        if missing:
+            raise AnsibleActionFail("sglang_bench: state %s needs %s" % (p["state"], ", ".join(missing)))
+        try:
+            result.update(query(p) if p["state"] == "query" else record(p, self._task.check_mode))
+        except (ResultsError, OSError) as exc:
+            raise AnsibleActionFail("sglang_bench: %s" % exc)
+        result["stage"] = "bench"
+        return result

@@ -1,0 +1,228 @@
+#!/usr/bin/python
+"""Ansible module sglang_health (was sglang_wait): follow a starting SGLang unit, verify it once ready (logic in module_utils)."""
+
+DOCUMENTATION = r"""
+module: sglang_health
+short_description: Follow a starting SGLang unit, report its milestones; once ready, verify it and record the plan
+description:
+  - The health stage, one call per progress line. Formerly named C(sglang_wait); that name still works.
+  - Reads the plan the unit runs (O(plan_path), written by the launch stage). The server's host, port and model come
+    from it, and every result (failures included) returns it as C(plan).
+  - Polls the systemd unit, its journal (this start only, by InvocationID) and the server port.
+  - Returns as soon as the server is ready (port open and SGLang's ready line logged), a new milestone is reached
+    (Load weight begin/end, Capture cuda graph begin/end), or O(chunk_seconds) passed; the caller loops and prints
+    progress between calls. C(already_serving) says that the first look of a new wait found it serving.
+  - Fails at once when the unit died or systemd restarted it, with the log lines of this start that carry the error,
+    and when the server is not ready O(startup_timeout) seconds after the unit's start. A failure also returns the
+    last known good plan (C(last_good_plan)) and whether it runs another server (C(last_good_differs)), what a
+    rollback needs.
+  - With O(verify), a ready server is asked in the same call. GET /health until 200 (503 is normal for a moment
+    after the port opened; up to O(ready_timeout) seconds), GET /model_info must name the plan's model_path or
+    served_model_name, POST /generate must return text and completion tokens. Then the plan is recorded as the
+    last known good one (O(last_good_path), root 0644, written only when different, C(changed) says so).
+  - O(mode=serving) looks once and waits for nothing; the server must be ready, answer /health 200 now and run the
+    last known good plan (what the bench stage needs before it measures). It writes nothing.
+  - Check mode writes nothing; the wait and the HTTP checks run as usual.
+extends_documentation_fragment:
+  - topolaunch.sglang.common
+options:
+  unit_name:
+    aliases: [unit]
+  plan_path:
+    description: The plan the unit runs (JSON, written by the launch stage); default O(state_dir)/current_plan.json.
+    type: path
+  last_good_path:
+    description: Where a verified plan is recorded as the last known good one; default
+      O(state_dir)/last_good_plan.json.
+    type: path
+  mode:
+    description: C(start) follows a start (chunks, milestones, verify); C(serving) checks once that the server
+      serves the last known good plan now.
+    type: str
+    choices: [start, serving]
+    default: start
+  invocation_id:
+    description: The start to follow (returned by the first call); empty = the unit's current start.
+    type: str
+    default: ""
+  known_milestone:
+    description: The milestone already reported; the call returns early when a later one is reached.
+    type: str
+    default: started
+  chunk_seconds:
+    description: Longest time one call waits for a milestone.
+    type: float
+    default: 20
+  startup_timeout:
+    description: Fail when the server is not ready this many seconds after the unit's start (0 = no limit).
+    type: float
+    default: 1200
+  journal_lines:
+    description: How many error lines to return when the unit died.
+    type: int
+    default: 50
+  verify:
+    description: Once ready, check /health, /model_info and one /generate, then record the last known good plan.
+    type: bool
+    default: false
+  api_key:
+    description: The server's API key, sent as a Bearer token to /model_info and /generate; empty = none.
+    type: str
+    default: ""
+  ready_timeout:
+    description: Seconds /health may answer other than 200 after the server's ready line.
+    type: float
+    default: 30
+  http_timeout:
+    description: Timeout of one HTTP request, in seconds.
+    type: float
+    default: 60
+  prompt:
+    description: Prompt of the test generation.
+    type: str
+    default: The capital of France is
+  max_new_tokens:
+    description: Tokens the test generation asks for.
+    type: int
+    default: 8
+author:
+  - topolaunch project (@topolaunch)
+"""
+
+EXAMPLES = r"""
+- name: Watch the server start for 20 s; once ready, verify it and record its plan as the last known good one
+  topolaunch.sglang.sglang_health:
+    verify: true
+  register: start
+
+- name: Does the server serve the plan health passed for, now?
+  topolaunch.sglang.sglang_health:
+    mode: serving
+  register: serving
+"""
+
+RETURN = r"""
+state:
+  description: ready, progress or waiting (on failure also dead or timeout).
+  returned: when the unit was read
+  type: str
+milestone:
+  description: started, load_weight_begin, load_weight_end, capture_cuda_graph_begin, capture_cuda_graph_end or ready.
+  returned: when the unit was read
+  type: str
+label:
+  description: The milestone in SGLang's words.
+  returned: when the unit was read
+  type: str
+invocation_id:
+  description: The unit start being followed; pass it to the next call.
+  returned: when the unit was read
+  type: str
+since_start_s:
+  description: Seconds since the unit's main process started.
+  returned: when the unit was read
+  type: float
+port_open:
+  description: Whether the port accepted a connection.
+  returned: when the unit was read
+  type: bool
+plan:
+  description: The plan the unit runs (the content of plan_path).
+  returned: whenever it could be read, failures included
+  type: dict
+already_serving:
+  description: The first look of a new wait (no O(invocation_id)) found the server serving; C(since_start_s) is
+    then its uptime.
+  returned: mode start, when the unit was read
+  type: bool
+last_good_plan:
+  description: The last known good plan ({} when there is none).
+  returned: failure, once the plan was read
+  type: dict
+last_good_differs:
+  description: Whether the last known good plan runs another server than the plan that failed.
+  returned: failure, once the plan was read
+  type: bool
+stage:
+  description: C(health).
+  returned: always
+  type: str
+verified:
+  description: True when /health, /model_info and /generate passed in this call.
+  returned: when verified
+  type: bool
+last_good_changed:
+  description: Whether last_good_path was (or in check mode would be) written.
+  returned: when verified
+  type: bool
+url:
+  description: The server's base URL that was asked.
+  returned: when verified
+  type: str
+health_s:
+  description: Seconds from the ready line until /health answered 200.
+  returned: when verified
+  type: float
+generated_tokens:
+  description: Completion tokens of the test generation.
+  returned: when verified
+  type: int
+generated_text:
+  description: Text of the test generation.
+  returned: when verified
+  type: str
+error_lines:
+  description: When the unit died, the log lines of this start that look like the error.
+  returned: failure
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.topolaunch.sglang.plugins.module_utils.constants import (
+    CURRENT_PLAN, LAST_GOOD_PLAN, STATE_DIR, UNIT_NAME, state_file)
+from ansible_collections.topolaunch.sglang.plugins.module_utils.health import HealthError, check
+
+ARGUMENT_SPEC = {
+    "unit_name": {"type": "str", "default": UNIT_NAME, "aliases": ["unit"]},
+    "state_dir": {"type": "path", "default": STATE_DIR},
+    "service_user": {"type": "str", "default": "sglang"},
+    "plan_path": {"type": "path"},
+    "last_good_path": {"type": "path"},
+    "mode": {"type": "str", "choices": ["start", "serving"], "default": "start"},
+    "invocation_id": {"type": "str", "default": ""},
+    "known_milestone": {"type": "str", "default": "started"},
+    "chunk_seconds": {"type": "float", "default": 20},
+    "startup_timeout": {"type": "float", "default": 1200},
+    "journal_lines": {"type": "int", "default": 50},
+    "verify": {"type": "bool", "default": False},
+    "api_key": {"type": "str", "default": "", "no_log": True},
+    "ready_timeout": {"type": "float", "default": 30},
+    "http_timeout": {"type": "float", "default": 60},
+    "prompt": {"type": "str", "default": "The capital of France is"},
+    "max_new_tokens": {"type": "int", "default": 8, "no_log": False},
+}
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    p = module.params
+    for name in ("chunk_seconds", "ready_timeout", "http_timeout", "max_new_tokens"):
+        if p[name] <= 0:
+            module.fail_json(msg="%s %s: must be greater than 0" % (name, p[name]), stage="health")
+    try:
+        result = check(p["unit_name"], p["plan_path"] or state_file(p["state_dir"], CURRENT_PLAN),
+                       p["last_good_path"] or state_file(p["state_dir"], LAST_GOOD_PLAN),
+                       invocation_id=p["invocation_id"] or None, known=p["known_milestone"],
+                       chunk_s=p["chunk_seconds"], startup_timeout=p["startup_timeout"],
+                       journal_lines=p["journal_lines"], verify_server=p["verify"], check_mode=module.check_mode,
+                       api_key=p["api_key"], ready_timeout=p["ready_timeout"], http_timeout=p["http_timeout"],
+                       prompt=p["prompt"], max_new_tokens=p["max_new_tokens"], mode=p["mode"])
+    except HealthError as exc:
+        module.fail_json(msg=str(exc), stage="health", **exc.result)
+    module.exit_json(changed=result.get("last_good_changed", False), stage="health", **result)
+
+
+if __name__ == "__main__":
+    main()

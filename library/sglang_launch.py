@@ -1,0 +1,204 @@
+#!/usr/bin/python
+"""Ansible module sglang_launch: validate the plan, decide whether to replace the server, write and start its unit."""
+
+DOCUMENTATION = r"""
+module: sglang_launch
+short_description: Validate a plan on the host, decide whether to replace the server, write and start its unit
+description:
+  - The stages validate (O(state=checked)) and launch (O(state=started)) of a relaunch, one call on the target each.
+    Formerly named C(sglang_service); that name still works.
+  - Both states first validate, failing with every problem and "nothing was stopped" - the plan is complete and
+    consistent (argv, GPU indices, CUDA_VISIBLE_DEVICES, env, port, topology fingerprint, SGLang version, layout)
+    and made for this host's GPUs (O(topology_fingerprint), O(gpu_count)), the env file's lines are NAME="value",
+    the SGLang python exists and is executable, an absolute C(plan.model_path) has a config.json, O(service_user)
+    exists, the recorded running plan can be read.
+  - Then decide whether the server must be replaced, with the reasons (forced; the unit is not active; the plan
+    changed, comparing only O(server_keys); the unit file changed; the env file changed).
+  - O(state=checked) stops there and never changes anything.
+  - O(state=started) creates the env file's directory and O(state_dir) (root 0755); writes the env file (root 0600,
+    created 0600) and the unit file (0644) when they differ and C(current_plan.json) (0644) when the server is
+    (re)started, atomically; reloads systemd when the unit file changed; clears the failed state and start-limit
+    count of a loaded unit about to be (re)started; enables or disables it; restarts it when replacing. A failed
+    start fails with systemctl's message and the unit's last journal lines.
+  - The values of O(secret_env_keys) in O(env_content) are masked in everything the module returns (SGLang logs
+    its api_key at start, and a failed start returns log lines).
+extends_documentation_fragment:
+  - topolaunch.sglang.common
+options:
+  unit_name:
+    aliases: [name]
+  plan:
+    description: The plan (the sglang_plan result's C(plan)); written to O(state_dir)/current_plan.json.
+    type: dict
+    required: true
+  unit_content:
+    description: The rendered unit file.
+    type: str
+    required: true
+  env_content:
+    description: The rendered env file; holds secrets, never logged.
+    type: str
+    required: true
+  env_file:
+    description: Path of the env file.
+    type: path
+    default: /etc/topolaunch/sglang.env
+  unit_dir:
+    description: Directory of the unit file.
+    type: path
+    default: /etc/systemd/system
+  venv_root:
+    description: Directory of the SGLang venvs, one per version; the plan's C(sglang_version) picks one.
+    type: path
+    default: /opt/sglang/venvs
+  python:
+    description: The SGLang venv python the unit runs (default O(venv_root)/<plan sglang_version>/bin/python).
+    type: path
+  server_keys:
+    description: The plan keys that make the server what it is; only these are compared with the running plan.
+    type: list
+    elements: str
+    default: [layout, gpu_indices, cuda_visible_devices, env, argv, host, port, model_path, served_model_name,
+              sglang_version]
+  topology_fingerprint:
+    description: This host's topology fingerprint, when the run read it; the plan must have been made for it.
+    type: str
+  gpu_count:
+    description: This host's GPU count, when the run read it; the plan's GPUs must exist.
+    type: int
+  force:
+    description: Replace the server even when the same plan already runs.
+    type: bool
+    default: false
+  enabled:
+    description: Start the unit at boot (null leaves it as it is).
+    type: bool
+  state:
+    description: C(checked) validates and decides only (the validate stage); C(started) also writes and starts.
+    type: str
+    choices: [checked, started]
+    default: checked
+  journal_lines:
+    description: How many journal lines a failed start shows.
+    type: int
+    default: 20
+  secret_env_keys:
+    description: Keys of O(env_content) whose values are secrets, masked in the module's output.
+    type: list
+    elements: str
+    default: [HF_TOKEN, TOPOLAUNCH_API_KEY]
+author:
+  - topolaunch project (@topolaunch)
+"""
+
+EXAMPLES = r"""
+- name: Validate the plan and decide whether the server must be replaced (changes nothing)
+  topolaunch.sglang.sglang_launch:
+    plan: "{{ topolaunch_plan }}"
+    unit_content: "{{ lookup('ansible.builtin.template', 'unit.service.j2') }}"
+    env_content: "{{ lookup('ansible.builtin.template', 'sglang.env.j2') }}"
+    topology_fingerprint: "{{ ansible_facts.gpu_topology.fingerprint }}"
+    force: false
+    state: checked
+  register: decision
+
+- name: Write the unit and start it
+  topolaunch.sglang.sglang_launch:
+    plan: "{{ topolaunch_plan }}"
+    unit_content: "{{ lookup('ansible.builtin.template', 'unit.service.j2') }}"
+    env_content: "{{ lookup('ansible.builtin.template', 'sglang.env.j2') }}"
+    force: "{{ decision.replace }}"
+    enabled: true
+    state: started
+"""
+
+RETURN = r"""
+plan:
+  description: The plan validated (and with O(state=started) launched).
+  returned: success
+  type: dict
+stage:
+  description: C(validate) (O(state=checked)) or C(launch) (O(state=started)).
+  returned: always
+  type: str
+replace:
+  description: Whether the server is (or must be) replaced.
+  returned: success
+  type: bool
+reasons:
+  description: Why it is replaced (empty when the same plan already runs).
+  returned: success
+  type: list
+  elements: str
+reason:
+  description: The reasons joined with ", ", or "the same plan already runs".
+  returned: success
+  type: str
+unit_state:
+  description: The unit's LoadState, ActiveState, SubState and UnitFileState before anything was done.
+  returned: success
+  type: dict
+unit_path:
+  description: Path of the unit file.
+  returned: success
+  type: str
+plan_path:
+  description: Path of current_plan.json.
+  returned: success
+  type: str
+written:
+  description: Directories and files created or written (in check mode, those that would be).
+  returned: success
+  type: list
+  elements: str
+actions:
+  description: systemctl actions run, in order (daemon-reload, reset-failed, enable, disable, restart; in check
+    mode, those that would run).
+  returned: success
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.topolaunch.sglang.plugins.module_utils.launch import DEFAULTS, ServiceError, env_values, service
+
+ARGUMENT_SPEC = {
+    "unit_name": {"type": "str", "default": DEFAULTS["unit_name"], "aliases": ["name"]},
+    "state_dir": {"type": "path", "default": DEFAULTS["state_dir"]},
+    "service_user": {"type": "str", "default": DEFAULTS["service_user"]},
+    "plan": {"type": "dict", "required": True},
+    "unit_content": {"type": "str", "required": True},
+    "env_content": {"type": "str", "required": True, "no_log": True},
+    "env_file": {"type": "path", "default": DEFAULTS["env_file"]},
+    "unit_dir": {"type": "path", "default": DEFAULTS["unit_dir"]},
+    "venv_root": {"type": "path", "default": DEFAULTS["venv_root"]},
+    "python": {"type": "path"},
+    "server_keys": {"type": "list", "elements": "str", "default": DEFAULTS["server_keys"], "no_log": False},
+    "topology_fingerprint": {"type": "str"},
+    "gpu_count": {"type": "int"},
+    "force": {"type": "bool", "default": False},
+    "enabled": {"type": "bool"},
+    "state": {"type": "str", "choices": ["checked", "started"], "default": "checked"},
+    "journal_lines": {"type": "int", "default": DEFAULTS["journal_lines"]},
+    "secret_env_keys": {"type": "list", "elements": "str", "default": ["HF_TOKEN", "TOPOLAUNCH_API_KEY"],
+                        "no_log": False},
+}
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    p = module.params
+    # The secrets themselves, not only the whole env content, are masked wherever they would show (log lines).
+    module.no_log_values.update(env_values(p["env_content"], p["secret_env_keys"]))
+    try:
+        result = service(p, check_mode=module.check_mode)
+    except ServiceError as exc:
+        failure = {"stage": "validate" if p["state"] == "checked" else "launch"}
+        failure.update(exc.result)
+        module.fail_json(msg=str(exc), **failure)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""Names and paths every topolaunch piece agrees on (docs/DESIGN.md "Target paths"). The roles' copy is the shared
+role `topolaunch` (roles/topolaunch/defaults/main.yml: the same values under topolaunch_*); the modules' docs take
+them from the doc fragment topolaunch.sglang.common. A unit test keeps the three equal. Plain Python 3.9+."""
+import json
+import os
+
+__all__ = ["UNIT_NAME", "STATE_DIR", "CURRENT_PLAN", "LAST_GOOD_PLAN", "ENV_FILE", "UNIT_DIR", "VENV_ROOT",
+           "SERVICE_USER", "SERVICE_GROUP", "TOOLS_PYTHON", "SERVER_KEYS", "sglang_python", "state_file",
+           "server_view"]
+
+UNIT_NAME = "topolaunch-sglang.service"
+STATE_DIR = "/var/lib/topolaunch"
+CURRENT_PLAN = "current_plan.json"          # the plan the unit runs (written by the launch when it (re)starts it)
+LAST_GOOD_PLAN = "last_good_plan.json"      # the plan health last verified (the rollback target)
+ENV_FILE = "/etc/topolaunch/sglang.env"
+UNIT_DIR = "/etc/systemd/system"
+VENV_ROOT = "/opt/sglang/venvs"             # one SGLang venv per version: <root>/<version>
+SERVICE_USER = "sglang"
+SERVICE_GROUP = "sglang"
+TOOLS_PYTHON = "/opt/topolaunch/tools/bin/python"
+# The plan keys that make the server what it is: two plans equal on these run the same server.
+SERVER_KEYS = ["layout", "gpu_indices", "cuda_visible_devices", "env", "argv", "host", "port", "model_path",
+               "served_model_name", "sglang_version"]
+
+
+def sglang_python(version, venv_root=VENV_ROOT):
+    """The SGLang venv's python on the target for an SGLang version."""
+    return os.path.join(venv_root, str(version), "bin", "python")
+
+
+def state_file(state_dir, name):
+    """A state file (CURRENT_PLAN, LAST_GOOD_PLAN) under state_dir."""
+    return os.path.join(state_dir or STATE_DIR, name)
+
+
+def server_view(plan, keys=None):
+    """The parts of a plan that make the server what it is, as key-sorted JSON (key order does not matter)."""
+    keys = SERVER_KEYS if keys is None else keys
+    return json.dumps({k: v for k, v in (plan or {}).items() if k in keys}, sort_keys=True)

@@ -1,0 +1,332 @@
+"""Validate, write and start the systemd unit that runs the planned SGLang server, in one call.
+
+`service(opts, check_mode, run)` is the logic of the `sglang_launch` module (stages validate and launch). Two states:
+
+- `checked` is the validate step: it reads only, and runs on every server before anything is stopped anywhere:
+  1. `validate()`: the plan itself (complete and consistent: argv, GPUs, CUDA_VISIBLE_DEVICES, env, port,
+     fingerprint, version, layout), the plan made for this host's GPUs (`topology_fingerprint`, `gpu_count` when
+     the caller knows them), the rendered env file's lines, the SGLang python, an absolute `plan.model_path` with
+     a config.json, the service user, the plan the unit runs now (`<state_dir>/current_plan.json`) readable. Every
+     problem is reported at once, with "nothing was stopped";
+  2. the decision whether the server must be replaced, with its reasons: forced; the unit is not active; the plan
+     changed (only SERVER_KEYS are compared, key order does not matter); the unit file changed; the env file
+     changed. A file "changed" when its content, mode or owner differ from what would be written.
+- `started` is the launch step: the same, then: creates the env file's directory and `state_dir` (root 0755);
+  writes the env file (root 0600, created 0600: the secrets are never readable by anyone else) and the unit file
+  (0644) when they differ, and `current_plan.json` (0644) only when the server is (re)started (it records what
+  the unit runs: a kept server keeps its record), each atomically (temp file in the same directory, then rename);
+  `systemctl daemon-reload` when the unit file was written (or systemd asks for it); when the unit is loaded and
+  (replace or not active) `systemctl reset-failed` (a server that crashed repeatedly leaves systemd's start-limit
+  counter spent, and our deliberate start would be refused); enable/disable per `enabled`; then `systemctl
+  restart` when replacing. A failed start raises with systemctl's message and the unit's last journal lines.
+
+Both states return the plan they act on (`plan`). Check mode: everything is read and decided; `written` and
+`actions` say what would be done; nothing changes.
+
+Plain Python 3.9+ stdlib; systemctl/journalctl through `run(argv) -> (rc, out, err)`; file owner through `owner`
+(uid, gid), root in production.
+"""
+import json
+import os
+import pwd
+import re
+
+from .constants import ENV_FILE, SERVER_KEYS, SERVICE_USER, STATE_DIR, UNIT_DIR, UNIT_NAME, CURRENT_PLAN, VENV_ROOT
+from .constants import server_view, sglang_python, state_file
+from .system import file_differs, journal, run as _run, show, write_atomic
+
+__all__ = ["ServiceError", "service", "validate", "plan_problems", "decide", "server_view", "env_values",
+           "plan_text", "DEFAULTS", "SHOW_PROPS"]
+
+DEFAULTS = {
+    "unit_name": UNIT_NAME,
+    "plan": {},
+    "unit_content": "",
+    "env_content": "",
+    "env_file": ENV_FILE,
+    "state_dir": STATE_DIR,
+    "unit_dir": UNIT_DIR,
+    "venv_root": VENV_ROOT,
+    "python": None,
+    "service_user": SERVICE_USER,
+    "server_keys": SERVER_KEYS,
+    "topology_fingerprint": None,
+    "gpu_count": None,
+    "force": False,
+    "enabled": None,
+    "state": "checked",
+    "journal_lines": 20,
+}
+SHOW_PROPS = ["LoadState", "ActiveState", "SubState", "UnitFileState", "NeedDaemonReload"]
+FORCED = "forced (--tags given or launch_force)"
+NOT_ACTIVE = "the unit is not active"
+UNIT_CHANGED = "the unit file changed"
+ENV_CHANGED = "the env file changed"
+SAME = "the same plan already runs"
+NOTHING_STOPPED = "nothing was stopped"
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_LINE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*=".*"$')
+FINGERPRINT = re.compile(r"^[0-9a-f]{12}$")
+
+
+class ServiceError(Exception):
+    """A failure the user must act on; `result` carries what was decided and done before it happened."""
+
+    def __init__(self, msg, result=None):
+        super().__init__(msg)
+        self.result = result or {}
+
+
+# ------------------------------------------------------------------------------------------------ files
+
+def plan_text(plan):
+    """current_plan.json's content: the plan as Ansible's to_nice_json writes it, and a newline."""
+    return json.dumps(plan, indent=4, sort_keys=True, separators=(",", ": ")) + "\n"
+
+
+def _dir_differs(path, owner):
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return True
+    return (st.st_mode & 0o7777) != 0o755 or (st.st_uid, st.st_gid) != tuple(owner)
+
+
+def _ensure_dir(path, owner):
+    os.makedirs(path, mode=0o755, exist_ok=True)
+    os.chown(path, owner[0], owner[1])
+    os.chmod(path, 0o755)
+
+
+def env_values(content, keys):
+    """The values of `keys` in an env file written by the launch role (KEY="value", \\ and \" escaped)."""
+    out = []
+    for line in content.splitlines():
+        key, sep, value = line.partition("=")
+        if not sep or key.strip() not in keys:
+            continue
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] == '"':
+            value = value[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+        if value:
+            out.append(value)
+    return out
+
+
+# --------------------------------------------------------------------------------------------- decision
+
+def _layout_name(plan, default):
+    layout = plan.get("layout")
+    return layout.get("name", default) if isinstance(layout, dict) else default
+
+
+def decide(plan, running, server_keys, active_state, unit_changed, env_changed, force):
+    """Reasons to replace the server (empty: the same plan already runs), in the launch role's words."""
+    reasons = []
+    if force:
+        reasons.append(FORCED)
+    if active_state != "active":
+        reasons.append(NOT_ACTIVE)
+    if server_view(running, server_keys) != server_view(plan, server_keys):
+        reasons.append("the plan changed (%s -> %s)" % (_layout_name(running, "none"), _layout_name(plan, "?")))
+    if unit_changed:
+        reasons.append(UNIT_CHANGED)
+    if env_changed:
+        reasons.append(ENV_CHANGED)
+    return reasons
+
+
+def _running_plan(path):
+    """The plan the unit runs now ({} when none was recorded)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            plan = json.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise ServiceError("Cannot read the plan the unit runs now, %s: %s. Remove that file (the next run then "
+                           "replaces the server); %s." % (path, exc, NOTHING_STOPPED))
+    if not isinstance(plan, dict):
+        raise ServiceError("The plan the unit runs now, %s, is not a JSON object. Remove that file (the next run "
+                           "then replaces the server); %s." % (path, NOTHING_STOPPED))
+    return plan
+
+
+def _is_int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def plan_problems(plan, fingerprint=None, gpu_count=None):
+    """Every reason the plan cannot be launched as it is (empty: usable). `fingerprint`, `gpu_count`: this host's
+    topology when the caller knows it (the plan must have been made for these GPUs)."""
+    problems = []
+    argv = plan.get("argv")
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        problems.append("argv %r is not a non-empty list of strings" % (argv,))
+    elif any("\n" in a for a in argv):
+        problems.append("argv has an item with a line break: %r" % [a for a in argv if "\n" in a][0])
+    gpus = plan.get("gpu_indices")
+    if not isinstance(gpus, list) or not gpus or not all(_is_int(g) and g >= 0 for g in gpus) \
+            or len(set(gpus)) != len(gpus):
+        problems.append("gpu_indices %r are not distinct GPU indices" % (gpus,))
+        gpus = None
+    cvd = plan.get("cuda_visible_devices")
+    if gpus is not None and cvd != ",".join(str(g) for g in gpus):
+        problems.append("cuda_visible_devices %r is not gpu_indices %s" % (cvd, gpus))
+    env = plan.get("env")
+    if not isinstance(env, dict):
+        problems.append("env %r is not a mapping" % (env,))
+    else:
+        problems.extend("env name %r is not a variable name" % k for k in env if not ENV_NAME.match(str(k)))
+        problems.extend("env %s has a line break" % k for k, v in env.items() if "\n" in str(v))
+        if env.get("CUDA_VISIBLE_DEVICES", cvd) != cvd:
+            problems.append("env CUDA_VISIBLE_DEVICES %r is not cuda_visible_devices %r" % (env["CUDA_VISIBLE_DEVICES"], cvd))
+    port = plan.get("port")
+    if not _is_int(port) or not 0 < port < 65536:
+        problems.append("port %r is not a port number (1-65535)" % (port,))
+    plan_fp = plan.get("topology_fingerprint")
+    if not isinstance(plan_fp, str) or not FINGERPRINT.match(plan_fp):
+        problems.append("topology_fingerprint %r is not 12 hex digits" % (plan_fp,))
+    elif fingerprint and plan_fp != fingerprint:
+        problems.append("the plan was made for topology %s but this host reads %s" % (plan_fp, fingerprint))
+    if gpus is not None and gpu_count is not None and max(gpus) >= gpu_count:
+        problems.append("the plan uses GPUs %s but this host has %d" % (gpus, gpu_count))
+    version = plan.get("sglang_version")
+    if not isinstance(version, str) or not version:
+        problems.append("sglang_version %r is not a version" % (version,))
+    layout = plan.get("layout")
+    if not isinstance(layout, dict) or not isinstance(layout.get("name"), str):
+        problems.append("layout %r has no name" % (layout,))
+    return problems
+
+
+def validate(o):
+    """Everything checked before anything is stopped; raises ServiceError naming every problem.
+
+    The plan, the rendered env file, the SGLang python, the model directory, the service user. One remote call
+    carries all of it, so that a plan that cannot start never costs the running server. Checks still to come
+    belong here too: the SGLang version installed in the venv (issue 13: read it from the venv and compare with
+    plan.sglang_version) and the rendered unit checked with `systemd-analyze verify` on a temporary copy (issue
+    14)."""
+    plan = o["plan"]
+    problems = ["the plan: " + p for p in plan_problems(plan, o["topology_fingerprint"], o["gpu_count"])]
+    for number, line in enumerate(o["env_content"].splitlines(), 1):
+        if line.strip() and not line.startswith("#") and not ENV_LINE.match(line):
+            problems.append("env file line %d is not NAME=\"value\" (a line break in a value of the plan's env or "
+                            "launch_extra_env?)" % number)
+    if problems:
+        raise ServiceError("Cannot launch: %s. Re-run the plan stage; %s." % ("; ".join(problems), NOTHING_STOPPED))
+    python = o["python"]
+    if not python or not os.path.isfile(python) or not os.access(python, os.X_OK):
+        raise ServiceError(
+            "Cannot launch: the SGLang python %r (sglang_version %s) %s. Run the provision stage (--tags provision) "
+            "or fix topolaunch_sglang_version; %s." % (
+                python, plan.get("sglang_version", "?"),
+                "is not executable" if os.path.isfile(python) else "does not exist", NOTHING_STOPPED))
+    model = plan.get("model_path")
+    if isinstance(model, str) and model.startswith("/") and not os.path.isfile(os.path.join(model, "config.json")):
+        raise ServiceError(
+            "Cannot launch: the model directory %r (plan model_path) has no config.json. Run the provision stage "
+            "(--tags provision) or fix topolaunch_model_path; %s." % (model, NOTHING_STOPPED))
+    try:
+        pwd.getpwnam(o["service_user"])
+    except KeyError:
+        raise ServiceError(
+            "Cannot launch: the service user %r does not exist: the sglang role creates it (--tags provision); %s."
+            % (o["service_user"], NOTHING_STOPPED)) from None
+
+
+# ------------------------------------------------------------------------------------------------ service
+
+def service(opts, check_mode=False, run=_run, owner=(0, 0)):
+    """Validate (and with state `started` write and start) the unit; returns the module's result.
+
+    Raises ServiceError with a message for the user and `result` (what was decided and done so far)."""
+    o = dict(DEFAULTS)
+    o.update({k: v for k, v in opts.items() if v is not None})
+    if o["state"] not in ("checked", "started"):
+        raise ServiceError("state %r: must be checked or started" % o["state"])
+    if not isinstance(o["plan"], dict) or not o["plan"]:
+        raise ServiceError("No plan to launch: the plan stage did not run in this play and saved no plan on the "
+                           "controller. Run it first (deploy.yml --tags relaunch runs plan, validate, cleanup, launch "
+                           "and health); %s." % NOTHING_STOPPED)
+    if not o["python"]:
+        o["python"] = sglang_python(o["plan"].get("sglang_version", ""), o["venv_root"])
+    name = o["unit_name"]
+    unit_path = os.path.join(o["unit_dir"], name)
+    plan_path = state_file(o["state_dir"], CURRENT_PLAN)
+    files = [  # (path, content, mode): written in this order, the env file before the unit that reads it
+        (o["env_file"], o["env_content"], 0o600),
+        (unit_path, o["unit_content"], 0o644),
+        (plan_path, plan_text(o["plan"]), 0o644),
+    ]
+
+    validate(o)
+    running = _running_plan(plan_path)
+    props = show(name, SHOW_PROPS, run, ServiceError)
+    differs = {path: file_differs(path, content, mode, owner) for path, content, mode in files}
+    reasons = decide(o["plan"], running, o["server_keys"], props.get("ActiveState", ""),
+                     differs[unit_path], differs[o["env_file"]], o["force"])
+    result = {
+        "changed": False, "replace": bool(reasons), "reasons": reasons, "reason": ", ".join(reasons) or SAME,
+        "unit_state": {k: props.get(k, "") for k in ("LoadState", "ActiveState", "SubState", "UnitFileState")},
+        "unit_path": unit_path, "plan_path": plan_path, "written": [], "actions": [], "plan": o["plan"],
+        "stage": "validate" if o["state"] == "checked" else "launch",
+    }
+    if o["state"] == "checked":
+        return result
+    # A kept server keeps its record: current_plan.json says what the unit was started with.
+    differs[plan_path] = differs[plan_path] and result["replace"]
+
+    # ---- started: directories, files
+    for directory in sorted({os.path.dirname(o["env_file"]), o["state_dir"]}):
+        if _dir_differs(directory, owner):
+            result["written"].append(directory)
+            if not check_mode:
+                _ensure_dir(directory, owner)
+    for path, content, mode in files:
+        if differs[path]:
+            result["written"].append(path)
+            if not check_mode:
+                write_atomic(path, content, mode, owner)
+
+    # ---- started: systemd
+    result["changed"] = bool(result["written"])
+
+    def act(argv, action, allowed=None):
+        """Run one systemctl action (only note it in check mode); a failure raises unless `allowed` says so."""
+        result["actions"].append(action)
+        result["changed"] = True
+        if check_mode:
+            return
+        rc, out, err = run(argv)
+        if rc != 0 and not (allowed and allowed(err)):
+            result["actions"][-1] += " (failed)"
+            raise ServiceError("%s failed (rc %s): %s" % (" ".join(argv), rc, (err or out).strip()), result)
+
+    if differs[unit_path] or props.get("NeedDaemonReload") == "yes":
+        act(["systemctl", "daemon-reload"], "daemon-reload")
+        if not check_mode:
+            props = show(name, SHOW_PROPS, run, ServiceError)
+    active = props.get("ActiveState") == "active"
+    if props.get("LoadState") == "loaded" and (result["replace"] or not active):
+        # "not loaded": systemd holds no state for the unit (never started, or collected), nothing to reset.
+        # Always followed by the start below.
+        act(["systemctl", "reset-failed", name], "reset-failed", allowed=lambda err: "not loaded" in err)
+    if o["enabled"] is not None and o["enabled"] != (props.get("UnitFileState") == "enabled"):
+        verb = "enable" if o["enabled"] else "disable"
+        act(["systemctl", verb, name], verb)
+    if result["replace"]:                                  # "not active" is one of the reasons
+        try:
+            act(["systemctl", "restart", name], "restart")
+        except ServiceError as exc:
+            raise ServiceError("%s. Last log lines of %s (journalctl -u %s):\n%s" % (
+                exc, name, name, _journal_tail(name, o["journal_lines"], run)), result) from None
+    return result
+
+
+def _journal_tail(name, lines, run):
+    try:
+        return "\n".join(journal(name, lines, run, ServiceError)) or "(no log lines)"
+    except ServiceError as exc:
+        return "(%s)" % exc

@@ -1,0 +1,263 @@
+"""Replay the calibration set (tests/calibration/cases.yml) through the planner and score its ranking.
+
+Controller-only code (the command is tools/calibration.py; bench/calibration.py and the unit tests call run()):
+
+    tools/calibration.py                 per case: measured and planned order; totals; leave-one-out
+    tools/calibration.py --fit           also fit the efficiency constants (plan_perf.EFFICIENCY) to the set
+    tools/calibration.py --fit --write   and write them, with MODEL_ERROR, into plan_perf.py
+    tools/calibration.py --json FILE     the figures as JSON
+
+Every case is planned on its GPU spec (read through the real topology reader from NVML answers synthesised from
+the spec) and its model directory, at its workload. For each measured layout the planner's estimate is compared with the measurement:
+
+  winner   the planner's top layout among the measured ones is the measured winner or within 5% of it
+  pairs    every pair of measured layouts is ordered as measured (a pair measured within 5% is a tie: any
+           order counts as right)
+  error    per pair |log(predicted ratio / measured ratio)|: its median is plan_perf.MODEL_ERROR
+  leave-one-out   the constants fitted without the case, then the case predicted
+
+A layout the planner refuses (does not fit, a rule) predicts 0 tok/s.
+"""
+import argparse
+import json
+import math
+import pathlib
+import sys
+import tempfile
+
+import yaml
+
+from ansible_collections.topolaunch.sglang.plugins.module_utils import plan_perf, planner
+from ansible_collections.topolaunch.sglang.plugins.module_utils.plan_score import estimate
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils import spec_facts
+
+# The repository the set lives in: this file's through the collection's symlinked view (tests that import the
+# built collection set it to their own checkout).
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TIE = 0.05
+# What the fit may move: bounds, and the prior (the physically expected value and how far, in log terms, the
+# fit may pull it: a least-squares fit with a prior, so that a few cases cannot drag a constant anywhere).
+# key: (lower bound, upper bound, prior, log width)
+FIT = {
+    "gemm": (0.2, 0.95, 0.70, 0.3),
+    "attention": (0.1, 0.9, 0.50, 0.5),
+    "memory": (0.4, 0.95, 0.80, 0.2),
+    "layer_us": (2.0, 400.0, 20.0, 1.5),
+    "eager_factor": (1.0, 20.0, 4.0, 1.0),
+    "step_ms": (0.1, 30.0, 1.5, 1.5),
+    "request_us": (0.5, 200.0, 12.0, 1.5),
+    "shard_width": (16.0, 2048.0, 256.0, 1.5),
+    "ep_skew": (0.01, 1.0, 0.15, 1.5),
+}
+PRIOR_WEIGHT = 4.0
+
+
+def load_cases(path=None):
+    with open(path or ROOT / "tests" / "calibration" / "cases.yml", encoding="utf-8") as f:
+        return yaml.safe_load(f)["cases"]
+
+
+def spec_path(name):
+    for base in (ROOT / "tests" / "calibration" / "specs", ROOT / "lab" / "specs"):
+        if (base / (name + ".json")).is_file():
+            return base / (name + ".json")
+    raise SystemExit("calibration: spec %s not found in tests/calibration/specs or lab/specs" % name)
+
+
+OFFLINE_CONCURRENCY = 4096   # an offline run (every request at once) without a count: SGLang's largest request pool
+
+
+def case_workload(case):
+    w = case["workload"]
+    concurrency = w.get("concurrency") or w.get("num_prompts") or OFFLINE_CONCURRENCY
+    return {"input_len": int(w["input_len"]), "output_len": int(w["output_len"]), "concurrency": int(concurrency)}
+
+
+def replay(case, tmp):
+    """{layout: estimate inputs or None (refused)} for the measured layouts of a case, and their measured values."""
+    nodes = int(case["hardware"].get("nodes") or 1)
+    facts = spec_facts.facts_from_spec(str(spec_path(case["spec"])), tmp)
+    request = planner.PlanRequest(
+        node_topologies=[facts] * nodes, nnodes=nodes, dist_init_addr="10.0.0.1:50000" if nodes > 1 else None,
+        model_path=str(ROOT / case["model"]["config"]), workload=case_workload(case),
+        sglang_version="0.5.9")
+    layouts = []
+    for m in case["measured"]:
+        layout = planner.parse_layout(m["layout"])
+        if m.get("attention_dp"):
+            layout["attn_dp"] = layout["tp"]    # TensorRT-LLM's DEPn: attention data parallel over the TP group
+        layouts.append(layout)
+    entries = []
+    for m, cand in zip(case["measured"], planner.evaluate_layouts(request, layouts)):
+        # a layout the pinned SGLang's rules refuse but another engine or version ran is still estimated
+        inputs = cand["estimate"]["inputs"] if cand and cand.get("estimate") else None
+        if inputs and m.get("replicas"):
+            # measured as ONE replica serving the whole benchmark, then multiplied (the source's own scaling):
+            # each modelled replica sees the full concurrency
+            inputs = dict(inputs, workload=dict(inputs["workload"],
+                                                concurrency=inputs["workload"]["concurrency"] * m["replicas"]))
+        value = m.get("output_tokens_per_s", m.get("ratio"))
+        entries.append({"layout": m["layout"], "measured": float(value), "inputs": inputs,
+                        "refused": None if cand and cand["valid"] else (cand["reasons"] if cand else ["not a candidate"])})
+    return entries
+
+
+def predict(entry, eff):
+    if not entry["inputs"]:
+        return 0.0
+    i = entry["inputs"]
+    return estimate(i["model"], i["layout"], i["stages"], i["links"], i["gpu"], i["workload"], i["kv_tokens"],
+                    i["settings"], shape=i["shape"], eff=eff)["tokens_per_s"]
+
+
+def score_case(entries, eff):
+    """(winner right, pairs right, pairs, [log errors]) of one case."""
+    preds = [predict(e, eff) for e in entries]
+    meas = [e["measured"] for e in entries]
+    top = max(range(len(entries)), key=lambda k: preds[k])
+    winner = meas[top] >= (1 - TIE) * max(meas)
+    right, total, errors = 0, 0, []
+    for a in range(len(entries)):
+        for b in range(a + 1, len(entries)):
+            total += 1
+            tie = abs(meas[a] / meas[b] - 1) <= TIE
+            if tie or (preds[a] - preds[b]) * (meas[a] - meas[b]) > 0:
+                right += 1
+            if preds[a] > 0 and preds[b] > 0:
+                errors.append(abs(math.log((preds[a] / preds[b]) / (meas[a] / meas[b]))))
+            else:
+                errors.append(math.log(10.0))    # a refused layout that was measured: a large miss
+    return winner, right, total, errors, preds
+
+
+def totals(cases, eff):
+    w = r = t = 0
+    errors = []
+    for entries in cases:
+        winner, right, total, errs = score_case(entries, eff)[:4]
+        w += winner
+        r += right
+        t += total
+        errors.extend(errs)
+    return {"winner": w, "cases": len(cases), "pairs_right": r, "pairs": t, "errors": errors}
+
+
+def priors():
+    """The efficiencies at their physically expected values (where every fit starts)."""
+    eff = dict(plan_perf.EFFICIENCY)
+    eff.update({k: bounds[2] for k, bounds in FIT.items()})
+    return eff
+
+
+def objective(cases, eff):
+    """What the fit minimises: rank errors (winners missed + pairs misordered), then half the mean absolute
+    log-ratio error, plus the prior's pull (each constant's |log(value / expected)| / its width). A constant moves
+    far from its physical value only when that fixes several rank errors at once."""
+    s = totals(cases, eff)
+    wrong = (s["cases"] - s["winner"]) + (s["pairs"] - s["pairs_right"])
+    misfit = sum(s["errors"]) / max(1, len(s["errors"]))
+    prior = sum(abs(math.log(eff[k]) - math.log(bounds[2])) / bounds[3] for k, bounds in FIT.items())
+    return wrong + 0.5 * misfit + PRIOR_WEIGHT * prior
+
+
+def fit(cases, start=None, rounds=3, points=13):
+    """Coordinate search: each constant in turn over its whole range (log-spaced points between its bounds) and
+    kept at the best objective, the others held; a few rounds. Deterministic, and it crosses the plateaus that rank
+    counts make."""
+    eff = dict(start or priors())
+    best = objective(cases, eff)
+    for _round in range(rounds):
+        moved = False
+        for key, (lo, hi) in ((k, b[:2]) for k, b in FIT.items()):
+            for k in range(points):
+                trial = dict(eff)
+                trial[key] = lo * (hi / lo) ** (k / (points - 1.0))
+                value = objective(cases, trial)
+                if value < best - 1e-9:
+                    best, eff, moved = value, trial, True
+        if not moved:
+            break
+    return eff
+
+
+def median(values):
+    v = sorted(values)
+    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2.0 if v else 0.0
+
+
+def run(do_fit=False, loo=True, out=sys.stdout):
+    raw = load_cases()
+    with tempfile.TemporaryDirectory() as tmp:
+        cases = [replay(c, pathlib.Path(tmp) / c["id"]) for c in raw]
+    eff = fit(cases) if do_fit else dict(plan_perf.EFFICIENCY)
+    report = {"cases": [], "efficiency": eff}
+    for case, entries in zip(raw, cases):
+        winner, right, total, errors, preds = score_case(entries, eff)
+        measured_order = [e["layout"] for e in sorted(entries, key=lambda e: -e["measured"])]
+        planned_order = [entries[k]["layout"] for k in sorted(range(len(entries)), key=lambda k: -preds[k])]
+        report["cases"].append({"id": case["id"], "winner_right": winner, "pairs_right": right, "pairs": total,
+                                "measured": {e["layout"]: e["measured"] for e in entries},
+                                "predicted": {e["layout"]: p for e, p in zip(entries, preds)},
+                                "refused": {e["layout"]: e["refused"] for e in entries if e["refused"]},
+                                "measured_order": measured_order, "planned_order": planned_order})
+        planned = " > ".join("%s %s" % (entries[k]["layout"], ("%.0f" if preds[k] >= 10 else "%.3g") % preds[k])
+                             for k in sorted(range(len(entries)), key=lambda k: -preds[k]))
+        refused = [e["layout"] for e in entries if e["refused"]]
+        print("%-3s %-44s measured %-40s planned %s%s" % (
+            "ok" if winner else "MISS", case["id"], " > ".join(measured_order), planned,
+            "  (refused by SGLang 0.5.9's rules: %s)" % ", ".join(refused) if refused else ""), file=out)
+    s = totals(cases, eff)
+    report["winner"] = s["winner"] / float(s["cases"])
+    report["pairs"] = s["pairs_right"] / float(s["pairs"])
+    report["median_error"] = median(s["errors"])
+    print("winner agreement %d/%d (%.0f%%), pairwise order %d/%d (%.0f%%), median |log ratio error| %.3f" % (
+        s["winner"], s["cases"], 100 * report["winner"], s["pairs_right"], s["pairs"], 100 * report["pairs"],
+        report["median_error"]), file=out)
+    if loo:
+        w = r = t = 0
+        for k, entries in enumerate(cases):
+            others = cases[:k] + cases[k + 1:]
+            eff_k = fit(others, start=eff)
+            winner, right, total = score_case(entries, eff_k)[:3]
+            w, r, t = w + winner, r + right, t + total
+            report["cases"][k]["loo"] = {"winner_right": winner, "pairs_right": right,
+                                         "changed": {key: round(v, 3) for key, v in eff_k.items()
+                                                     if abs(v - eff[key]) > 1e-9}}
+        report["loo_winner"] = w / float(len(cases))
+        report["loo_pairs"] = r / float(t)
+        print("leave-one-out: winner agreement %d/%d (%.0f%%), pairwise order %d/%d (%.0f%%)" % (
+            w, len(cases), 100 * report["loo_winner"], r, t, 100 * report["loo_pairs"]), file=out)
+    return report
+
+
+def write_constants(eff, error, path=None):
+    """Put the fitted efficiencies and the model's error into plan_perf.py (their lines keep their comments)."""
+    import re
+    path = path or pathlib.Path(plan_perf.__file__).resolve()
+    text = path.read_text()
+    for key, value in eff.items():
+        text = re.sub(r'(\n    "%s": )[-0-9.e]+(,)' % re.escape(key), r"\g<1>%s\g<2>" % _short(value), text, count=1)
+    text = re.sub(r"\nMODEL_ERROR = [0-9.]+", "\nMODEL_ERROR = %.3f" % error, text, count=1)
+    path.write_text(text)
+    print("wrote the fitted constants and MODEL_ERROR %.3f into %s" % (error, path))
+
+
+def _short(value):
+    return repr(float("%.4g" % value))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fit", action="store_true", help="fit the efficiency constants to the set")
+    parser.add_argument("--no-loo", action="store_true", help="skip leave-one-out")
+    parser.add_argument("--json", help="write the figures as JSON to this file")
+    parser.add_argument("--write", action="store_true",
+                        help="with --fit: write the fitted constants and the model's error into plan_perf.py")
+    args = parser.parse_args(argv)
+    report = run(do_fit=args.fit, loo=not args.no_loo)
+    if args.write:
+        write_constants(report["efficiency"], report["median_error"])
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=1, default=str)
+    return 0

@@ -1,0 +1,354 @@
+"""results.py: bench_serving lines in SGLang's documented schema, storage that never overwrites, summary math."""
+import json
+import math
+import os
+
+import pytest
+
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils import bench as results
+
+SERVER_INFO_SIM = {"version": "0.5.9+sim", "simulated": True, "tp_size": 8, "pp_size": 1, "status": "ready"}
+SERVER_INFO_REAL = {"version": "0.5.9", "tp_size": 8, "pp_size": 1, "max_total_num_tokens": 1200000}
+
+
+def bench_line(concurrency=8, completed=32, output_throughput=1000.0, input_len=64, output_len=32,
+               server_info=None, **overrides):
+    """A line as bench_serving writes it: every field of SGLang's documented schema."""
+    duration = 10.0
+    line = {
+        "backend": "sglang", "dataset_name": "random-ids", "request_rate": float("inf"),
+        "max_concurrency": concurrency, "random_input_len": input_len, "random_output_len": output_len,
+        "random_range_ratio": 1.0, "server_info": server_info if server_info is not None else SERVER_INFO_REAL,
+        "duration": duration, "completed": completed,
+        "total_input_tokens": completed * input_len, "total_output_tokens": completed * output_len,
+        "request_throughput": completed / duration, "input_throughput": completed * input_len / duration,
+        "output_throughput": output_throughput, "total_throughput": output_throughput * 3,
+        "mean_ttft_ms": 120.0, "median_ttft_ms": 100.0, "std_ttft_ms": 20.0, "p99_ttft_ms": 250.0,
+        "mean_tpot_ms": 12.0, "median_tpot_ms": 11.0, "std_tpot_ms": 1.0, "p99_tpot_ms": 15.0,
+        "mean_itl_ms": 12.5, "median_itl_ms": 11.5, "std_itl_ms": 2.0, "p95_itl_ms": 16.0, "p99_itl_ms": 19.0,
+        "mean_e2e_latency_ms": 500.0, "median_e2e_latency_ms": 480.0, "std_e2e_latency_ms": 50.0,
+        "p90_e2e_latency_ms": 560.0, "p99_e2e_latency_ms": 600.0,
+        "concurrency": concurrency * 0.9, "max_output_tokens_per_s": output_throughput * 1.2,
+        "max_concurrent_requests": concurrency,
+    }
+    line.update(overrides)
+    return json.dumps(line)  # Python writes inf as Infinity, as bench_serving does
+
+
+# ------------------------------------------------------------------------------------------------ parsing
+
+
+def test_parse_line_maps_sglang_fields():
+    point = results.parse_line(bench_line(concurrency=32, completed=128, output_throughput=4180.5), num_prompts=128)
+    assert point["max_concurrency"] == 32
+    assert point["completed"] == 128
+    assert point["status"] == results.STATUS_OK
+    assert point["output_throughput"] == 4180.5
+    assert point["total_throughput"] == pytest.approx(4180.5 * 3)
+    assert (point["ttft_p50_ms"], point["ttft_p99_ms"]) == (100.0, 250.0)
+    assert (point["itl_p50_ms"], point["itl_p99_ms"]) == (11.5, 19.0)
+    assert point["e2e_p50_ms"] == 480.0
+    assert (point["input_len"], point["output_len"]) == (64, 32)
+    assert point["server_version"] == "0.5.9"
+    assert point["simulated"] is False
+
+
+def test_partial_failure_line_is_recorded_as_partial():
+    point = results.parse_line(bench_line(concurrency=8, completed=20), num_prompts=32)
+    assert point["status"] == results.STATUS_PARTIAL
+    assert point["completed"] == 20 and point["num_prompts"] == 32
+
+
+def test_all_failed_line_with_nan_statistics():
+    # bench_serving writes NaN statistics when nothing completed
+    line = bench_line(completed=0, output_throughput=0.0, median_ttft_ms=float("nan"), p99_itl_ms=float("nan"))
+    point = results.parse_line(line, num_prompts=32)
+    assert point["status"] == results.STATUS_FAILED
+    assert point["ttft_p50_ms"] is None and point["itl_p99_ms"] is None
+
+
+def test_unknown_prompt_count_is_ok_when_something_completed():
+    assert results.parse_line(bench_line(completed=5))["status"] == results.STATUS_OK
+
+
+def test_simulated_server_info_is_detected():
+    assert results.parse_line(bench_line(server_info=SERVER_INFO_SIM))["simulated"] is True
+    assert results.parse_line(bench_line(server_info={"version": "0.5.9+sim"}))["simulated"] is True
+    assert results.is_simulated({}, "0.5.9+sim") is True
+    assert results.is_simulated({"version": "0.5.9"}, "0.5.9") is False
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("not json", "not JSON"),
+    ("[1, 2]", "JSON object"),
+    (json.dumps({"completed": 3}), "missing max_concurrency, output_throughput, duration"),
+    (bench_line(concurrency=0), "max_concurrency must be a positive integer, got 0"),
+    (bench_line(completed=-1), "completed must be a non-negative integer, got -1"),
+    (bench_line(total_throughput="fast"), "'total_throughput' must be a number, got 'fast'"),
+])
+def test_bad_lines_are_rejected_by_name(text, needle):
+    with pytest.raises(results.ResultsError, match="where-7") as info:
+        results.parse_line(text, where="where-7")
+    assert needle in str(info.value)
+
+
+def test_parse_jsonl_numbers_lines_and_applies_prompt_counts():
+    text = bench_line(concurrency=1, completed=8) + "\n\n" + bench_line(concurrency=8, completed=30) + "\n"
+    points = results.parse_jsonl(text, {1: 8, 8: 32})
+    assert [(p["max_concurrency"], p["status"], p["line"]) for p in points] == [(1, "ok", 1), (8, "partial", 3)]
+
+
+def test_check_points_names_every_kind_of_failure():
+    asked = [{"max_concurrency": 1, "num_prompts": 8}, {"max_concurrency": 8, "num_prompts": 32},
+             {"max_concurrency": 32, "num_prompts": 64}]
+    points = results.parse_jsonl(bench_line(concurrency=1, completed=8) + "\n" + bench_line(concurrency=8, completed=31),
+                                 {1: 8, 8: 32})
+    assert results.check_points(asked[:1], points) == []
+    got = results.check_points(asked, points, {"max_concurrency": 32, "rc": 1, "stderr": "boom\nConnectionRefused"})
+    assert [(f["max_concurrency"], f["reason"]) for f in got] == [
+        (8, "completed 31 of 32 prompts"),
+        (32, "client failed (exit code 1): ConnectionRefused"),
+    ]
+    timed_out = results.check_points(asked[2:], [], {"max_concurrency": 32, "rc": 124, "stderr": "",
+                                                     "msg": "timed out after 120 s (bench_point_timeout)"})
+    assert timed_out[0]["reason"] == "client failed (exit code 124): timed out after 120 s (bench_point_timeout)"
+    generic = results.check_points(asked[2:], [], {"max_concurrency": 32, "rc": 1, "msg": "non-zero return code"})
+    assert generic[0]["reason"] == "client failed (exit code 1): no output"
+    on_stdout = results.check_points(asked[2:], [], {"max_concurrency": 32, "rc": 1, "msg": "non-zero return code",
+                                                     "stderr": "", "stdout": "args...\nFailed to fetch model"})
+    assert on_stdout[0]["reason"] == "client failed (exit code 1): Failed to fetch model"
+    missing = results.check_points(asked, points[:1])
+    assert [f["max_concurrency"] for f in missing] == [8, 32]
+    assert missing[1]["reason"] == "no result line from bench_serving"
+
+
+# ------------------------------------------------------------------------------------------------ storage
+
+
+def record(tmp_path, layout="tp8", started="2026-11-30T10:15:02Z", points=((1, 8, 900.0), (8, 32, 3000.0)),
+           completed=None, **kwargs):
+    requested = [{"max_concurrency": c, "num_prompts": n} for c, n, _ in points]
+    lines = "".join(bench_line(concurrency=c, completed=(completed or {}).get(c, n), output_throughput=tp) + "\n"
+                    for c, n, tp in points)
+    kwargs.setdefault("plan", {"layout": {"name": layout}, "model_name": "glm-5-nvfp4"})
+    kwargs.setdefault("versions", {"sglang": "0.5.9"})
+    kwargs.setdefault("topology", {"fingerprint": "a1b2c3d4e5f6", "gpu_count": 8})
+    return results.record_run(str(tmp_path), "glm-5-nvfp4", "a1b2c3d4e5f6", layout, started, requested, lines,
+                              meta={"bench": {"seed": 1}}, **kwargs)
+
+
+def test_record_run_writes_the_run_beside_its_provenance(tmp_path):
+    out = record(tmp_path)
+    assert out["run_id"] == "20261130T101502Z"
+    assert out["failures"] == []
+    directory = tmp_path / "glm-5-nvfp4" / "a1b2c3d4e5f6" / "tp8"
+    assert sorted(os.listdir(directory)) == [
+        "20261130T101502Z.jsonl", "20261130T101502Z.meta.json", "20261130T101502Z.plan.json",
+        "20261130T101502Z.topology.json", "20261130T101502Z.versions.json"]
+    meta = json.loads((directory / "20261130T101502Z.meta.json").read_text())
+    assert meta["points"] == [{"max_concurrency": 1, "num_prompts": 8}, {"max_concurrency": 8, "num_prompts": 32}]
+    assert meta["bench"] == {"seed": 1} and meta["layout"] == "tp8"
+    assert len((directory / "20261130T101502Z.jsonl").read_text().splitlines()) == 2
+
+
+def test_results_are_never_overwritten(tmp_path):
+    first = record(tmp_path, points=((1, 8, 900.0),))
+    directory = tmp_path / "glm-5-nvfp4" / "a1b2c3d4e5f6" / "tp8"
+    before = (directory / "20261130T101502Z.jsonl").read_text()
+    second = record(tmp_path, points=((1, 8, 950.0),))  # same second
+    third = record(tmp_path, points=((1, 8, 990.0),))
+    assert (first["run_id"], second["run_id"], third["run_id"]) == (
+        "20261130T101502Z", "20261130T101502Z-2", "20261130T101502Z-3")
+    assert (directory / "20261130T101502Z.jsonl").read_text() == before
+    assert "950.0" in (directory / "20261130T101502Z-2.jsonl").read_text()
+
+
+def test_write_new_refuses_an_existing_file(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_text("keep")
+    with pytest.raises(FileExistsError):
+        results._write_new(str(path), "other")
+    assert path.read_text() == "keep"
+
+
+def test_check_mode_writes_nothing(tmp_path):
+    out = record(tmp_path, write=False)
+    assert out["run_id"] == "20261130T101502Z"
+    assert not os.path.exists(tmp_path / "glm-5-nvfp4")
+
+
+def test_partial_run_is_kept_with_an_error_marker(tmp_path):
+    out = record(tmp_path, completed={8: 20})
+    assert [(f["max_concurrency"], f["completed"]) for f in out["failures"]] == [(8, 20)]
+    directory = tmp_path / "glm-5-nvfp4" / "a1b2c3d4e5f6" / "tp8"
+    error = json.loads((directory / "20261130T101502Z.error.json").read_text())
+    assert error["stage"] == "bench"
+    assert error["message"] == "bench of tp8 failed at concurrency 8: completed 20 of 32 prompts"
+    assert len((directory / "20261130T101502Z.jsonl").read_text().splitlines()) == 2  # the line is kept
+
+
+def test_failed_layout_without_bench_is_recorded(tmp_path):
+    out = results.record_run(str(tmp_path), "glm-5-nvfp4", "a1b2c3d4e5f6", "tp3", "2026-11-30T10:15:02+00:00", [],
+                             error={"stage": "plan", "message": "tp 3 does not divide 64 attention heads"})
+    assert [os.path.basename(f) for f in out["files"]] == ["20261130T101502Z.error.json"]
+    runs = results.load_runs(str(tmp_path))
+    assert results.failures(runs) == [{
+        "model": "glm-5-nvfp4", "topology_fingerprint": "a1b2c3d4e5f6", "layout": "tp3",
+        "run_id": "20261130T101502Z", "stage": "plan", "message": "tp 3 does not divide 64 attention heads"}]
+
+
+def test_nothing_to_record_is_an_error(tmp_path):
+    with pytest.raises(results.ResultsError, match="nothing to record for layout tp8"):
+        results.record_run(str(tmp_path), "m", "fp", "tp8", "2026-11-30T10:15:02Z", [])
+
+
+@pytest.mark.parametrize("bad, needle", [
+    ("yesterday", "not an ISO 8601 time: 'yesterday'"),
+    ("2026-11-30T10:15:02", "has no time zone"),
+])
+def test_run_id_needs_a_utc_time(bad, needle):
+    with pytest.raises(results.ResultsError, match=needle):
+        results.run_id_for(bad)
+
+
+def test_run_id_converts_to_utc():
+    assert results.run_id_for("2026-11-30T12:15:02+02:00") == "20261130T101502Z"
+
+
+@pytest.mark.parametrize("name, safe", [("glm-5-nvfp4", "glm-5-nvfp4"), ("zai-org/GLM-5", "zai-org_GLM-5"),
+                                        ("a b", "a_b")])
+def test_safe_name(name, safe):
+    assert results.safe_name(name) == safe
+
+
+@pytest.mark.parametrize("bad", ["", "..", None])
+def test_safe_name_rejects(bad):
+    with pytest.raises(results.ResultsError):
+        results.safe_name(bad)
+
+
+def test_requested_points_are_validated(tmp_path):
+    with pytest.raises(results.ResultsError, match="num_prompts must be a positive integer, got 0"):
+        results.record_run(str(tmp_path), "m", "fp", "tp8", "2026-11-30T10:15:02Z",
+                           [{"max_concurrency": 1, "num_prompts": 0}])
+
+
+# ------------------------------------------------------------------------------------------------ summary
+
+
+def field_results(tmp_path):
+    """tp8 ahead at high concurrency, tp4pp2 ahead at concurrency 1, like nothing in particular."""
+    record(tmp_path, "tp8", "2026-11-30T10:00:00Z", ((1, 8, 100.0), (8, 32, 800.0), (32, 64, 2000.0)))
+    record(tmp_path, "tp4pp2", "2026-11-30T10:05:00Z", ((1, 8, 110.0), (8, 32, 700.0), (32, 64, 1600.0)))
+
+
+def test_best_layout_per_concurrency_and_margin(tmp_path):
+    field_results(tmp_path)
+    [group] = results.summarize(results.load_runs(str(tmp_path)))
+    assert (group["model"], group["topology_fingerprint"], group["input_len"], group["output_len"]) == (
+        "glm-5-nvfp4", "a1b2c3d4e5f6", 64, 32)
+    best = {(r["max_concurrency"]): (r["best"], r["runner_up"], round(r["margin_pct"], 3)) for r in group["best"]}
+    assert best == {1: ("tp4pp2", "tp8", 10.0), 8: ("tp8", "tp4pp2", round(100 / 7, 3)), 32: ("tp8", "tp4pp2", 25.0)}
+    assert group["winner"]["layout"] == "tp8"
+    assert group["winner"]["max_concurrency"] == 32
+    assert group["winner"]["margin_pct"] == pytest.approx(25.0)
+    assert group["simulated"] is False
+
+
+def test_newest_complete_point_wins_and_partial_points_never_count(tmp_path):
+    field_results(tmp_path)
+    record(tmp_path, "tp4pp2", "2026-11-30T11:00:00Z", ((32, 64, 2500.0),))  # newer and faster: counts
+    record(tmp_path, "tp8", "2026-11-30T11:05:00Z", ((32, 64, 9999.0),), completed={32: 10})  # partial: ignored
+    [group] = results.summarize(results.load_runs(str(tmp_path)))
+    assert group["layouts"]["tp4pp2"][32]["output_throughput"] == 2500.0
+    assert group["layouts"]["tp8"][32]["output_throughput"] == 2000.0
+    assert group["winner"]["layout"] == "tp4pp2"
+    assert group["winner"]["margin_pct"] == pytest.approx(25.0)
+    fails = results.failures(results.load_runs(str(tmp_path)))
+    assert [(f["layout"], f["message"]) for f in fails] == [
+        ("tp8", "bench of tp8 failed at concurrency 32: completed 10 of 64 prompts")]
+
+
+def test_single_layout_has_no_margin(tmp_path):
+    record(tmp_path, "tp8", points=((1, 8, 100.0),))
+    [group] = results.summarize(results.load_runs(str(tmp_path)))
+    assert group["best"][0]["runner_up"] is None and group["best"][0]["margin_pct"] is None
+    assert group["winner"]["runner_up"] is None
+
+
+def test_workloads_are_never_mixed(tmp_path):
+    record(tmp_path, "tp8", points=((1, 8, 100.0),))
+    other = results.record_run(str(tmp_path), "glm-5-nvfp4", "a1b2c3d4e5f6", "tp4pp2", "2026-11-30T12:00:00Z",
+                               [{"max_concurrency": 1, "num_prompts": 8}],
+                               bench_line(concurrency=1, completed=8, output_throughput=500.0, input_len=1024))
+    assert other["failures"] == []
+    groups = results.summarize(results.load_runs(str(tmp_path)))
+    assert [(g["input_len"], sorted(g["layouts"])) for g in groups] == [(64, ["tp8"]), (1024, ["tp4pp2"])]
+
+
+def test_simulated_runs_are_marked(tmp_path):
+    record(tmp_path, "tp8", points=((1, 8, 100.0),), versions={"sglang": "0.5.9+sim"})
+    [group] = results.summarize(results.load_runs(str(tmp_path)))
+    assert group["simulated"] is True
+    assert results.measured_records(results.load_runs(str(tmp_path)))[0]["simulated"] is True
+
+
+def test_measured_records_for_the_planner(tmp_path):
+    field_results(tmp_path)
+    record(tmp_path, "tp8", "2026-11-30T11:05:00Z", ((32, 64, 9999.0),), completed={32: 10})
+    runs = results.load_runs(str(tmp_path))
+    records = results.measured_records(runs, model="glm-5-nvfp4", fingerprint="a1b2c3d4e5f6")
+    assert len(records) == 6
+    tp8_32 = [r for r in records if r["layout"] == "tp8" and r["max_concurrency"] == 32]
+    assert len(tp8_32) == 1 and tp8_32[0]["output_throughput"] == 2000.0  # the partial 9999 never counts
+    for key in ("model", "topology_fingerprint", "layout", "max_concurrency", "output_throughput", "source"):
+        assert key in tp8_32[0]
+    assert tp8_32[0]["source"] == "measured"
+    assert results.measured_records(runs, fingerprint="000000000000") == []
+    assert results.measured_records(runs, model="glm-4.7") == []
+
+
+def test_load_runs_filters_and_rejects_corrupt_files(tmp_path):
+    field_results(tmp_path)
+    assert {r["layout"] for r in results.load_runs(str(tmp_path), fingerprint="a1b2c3d4e5f6")} == {"tp8", "tp4pp2"}
+    assert results.load_runs(str(tmp_path), fingerprint="ffffffffffff") == []
+    assert results.load_runs(str(tmp_path / "missing")) == []
+    bad = tmp_path / "glm-5-nvfp4" / "a1b2c3d4e5f6" / "tp8" / "20261130T120000Z.jsonl"
+    bad.write_text("{broken\n")
+    with pytest.raises(results.ResultsError, match="20261130T120000Z.jsonl line 1: not JSON"):
+        results.load_runs(str(tmp_path))
+
+
+def test_nan_throughput_never_wins():
+    point = results.parse_line(bench_line(output_throughput=float("nan")))
+    assert point["output_throughput"] is None
+    layouts = {"a": {1: dict(point, max_concurrency=1)}, "b": {1: dict(point, max_concurrency=1, output_throughput=5.0)}}
+    assert results.winner(layouts)["layout"] == "b"
+    assert not math.isnan(results.best_per_concurrency(layouts)[0]["output_throughput"])
+
+
+def test_broken_client_output_is_kept_and_marked(tmp_path):
+    text = bench_line(concurrency=1, completed=8) + "\n" + bench_line(concurrency=8)[:40]  # killed mid-write
+    out = results.record_run(str(tmp_path), "m", "fp", "tp8", "2026-11-30T10:15:02Z",
+                             [{"max_concurrency": 1, "num_prompts": 8}, {"max_concurrency": 8, "num_prompts": 32}],
+                             text, client_error={"max_concurrency": 8, "rc": -9, "msg": "killed"})
+    directory = tmp_path / "m" / "fp" / "tp8"
+    assert (directory / "20261130T101502Z.jsonl").read_text() == text
+    error = json.loads((directory / "20261130T101502Z.error.json").read_text())
+    assert error["message"].startswith("unreadable bench_serving output: bench_serving output line 2: not JSON")
+    assert [f["max_concurrency"] for f in out["failures"]] == [1, 8]
+    runs = results.load_runs(str(tmp_path))
+    assert runs[0]["points"] == [] and results.failures(runs)[0]["message"] == error["message"]
+
+
+def test_the_api_key_bench_serving_copies_from_server_info_is_not_stored(tmp_path):
+    # SGLang 0.5.9 returns every server arg in /server_info, --api-key in clear; bench_serving copies it per line.
+    info = dict(SERVER_INFO_REAL, api_key="sk-secret-123", admin_api_key=None)
+    lines = bench_line(concurrency=1, completed=8, server_info=info) + "\n" + "not json\n"
+    out = results.record_run(str(tmp_path), "glm-5-nvfp4", "a1b2c3d4e5f6", "tp8", "2026-11-30T10:15:02Z",
+                             [{"max_concurrency": 1, "num_prompts": 8}], lines)
+    stored = (tmp_path / "glm-5-nvfp4" / "a1b2c3d4e5f6" / "tp8" / (out["run_id"] + ".jsonl")).read_text()
+    assert "sk-secret-123" not in stored
+    first, second = stored.splitlines()
+    assert json.loads(first)["server_info"]["api_key"] == "<redacted>" and second == "not json"
+    assert json.loads(first)["server_info"]["tp_size"] == 8

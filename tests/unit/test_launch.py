@@ -1,0 +1,512 @@
+"""sglang_launch (launch.py and the module): preconditions, the replace decision, file writes and modes, systemctl sequencing,
+check mode, idempotence, a failed start, secrets kept out of the module's output.
+
+systemctl and journalctl are a scripted fake (`Systemd`); files go to a tmp dir, owned by the user running the tests.
+"""
+import functools
+import json
+import os
+import pwd
+import stat
+
+import pytest
+from ansible.plugins.filter.core import to_nice_json
+
+from ansible_collections.topolaunch.sglang.plugins.modules import sglang_launch as sglang_service
+from ansible_collections.topolaunch.sglang.plugins.module_utils import launch as service_mod
+from ansible_collections.topolaunch.sglang.plugins.module_utils import system as system_mod
+from ansible_collections.topolaunch.sglang.plugins.module_utils.launch import ServiceError, decide, env_values, plan_text, service
+
+ME = pwd.getpwuid(os.getuid()).pw_name
+OWNER = (os.getuid(), os.getgid())
+UNIT = "topolaunch-sglang.service"
+HF_TOKEN = "hf_s3cr3t\"tok"
+API_KEY = "sk-v3ry-s3cr3t"
+
+
+def plan(name="tp8", **kw):
+    p = {"layout": {"name": name, "tp": 8, "pp": 1, "dp": 1, "ep": 1, "nnodes": 1},
+         "gpu_indices": list(range(8)), "cuda_visible_devices": "0,1,2,3,4,5,6,7",
+         "env": {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"},
+         "argv": ["--model-path", "/m", "--tp-size", "8"], "host": "127.0.0.1", "port": 30000,
+         "model_path": "/m", "served_model_name": "glm", "sglang_version": "0.5.9",
+         "reason": "best", "topology_fingerprint": "a1b2c3d4e5f6"}
+    p.update(kw)
+    return p
+
+
+ENV = 'CUDA_VISIBLE_DEVICES="0,1,2,3,4,5,6,7"\nHF_TOKEN="hf_s3cr3t\\"tok"\nTOPOLAUNCH_API_KEY="sk-v3ry-s3cr3t"\n'
+
+
+class Systemd:
+    """Scripted systemctl/journalctl: the unit's properties change as systemd's would; `fail` maps a verb to
+    (rc, stderr) for the next call of it."""
+
+    def __init__(self, tmp_path, load="not-found", active="inactive", unit_file="", **fail):
+        self.unit_path = tmp_path / "systemd" / UNIT
+        self.props = {"LoadState": load, "ActiveState": active, "SubState": "dead", "UnitFileState": unit_file,
+                      "NeedDaemonReload": "no"}
+        self.fail = fail
+        self.calls = []
+        self.journal = "Load weight begin\nserver_args=ServerArgs(api_key='%s')\nboom\n" % API_KEY
+
+    def verbs(self):
+        return [c[1] for c in self.calls if c[0] == "systemctl" and c[1] != "show"]
+
+    def run(self, argv):
+        self.calls.append(argv)
+        if argv[0] == "journalctl":
+            return 0, self.journal, ""
+        verb = argv[1]
+        if verb in self.fail:
+            rc, err = self.fail.pop(verb)
+            return rc, "", err
+        if verb == "show":
+            return 0, "".join("%s=%s\n" % kv for kv in self.props.items()), ""
+        if verb == "daemon-reload" and self.unit_path.exists():
+            self.props.update(LoadState="loaded", UnitFileState=self.props["UnitFileState"] or "disabled")
+        elif verb == "reset-failed":
+            if self.props["LoadState"] != "loaded":
+                return 1, "", "Failed to reset failed state of unit %s: Unit %s not loaded." % (UNIT, UNIT)
+            if self.props["ActiveState"] == "failed":
+                self.props["ActiveState"] = "inactive"
+        elif verb == "enable":
+            self.props["UnitFileState"] = "enabled"
+        elif verb == "disable":
+            self.props["UnitFileState"] = "disabled"
+        elif verb in ("start", "restart"):
+            self.props.update(ActiveState="active", SubState="running")
+        return 0, "", ""
+
+
+@pytest.fixture
+def host(tmp_path):
+    """A target in a tmp dir: the venv python, the model, the directories the module writes to."""
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (tmp_path / "systemd").mkdir()
+    return tmp_path
+
+
+def opts(tmp, state="started", **kw):
+    o = {"unit_name": UNIT, "plan": plan(model_path=str(tmp / "m")), "unit_content": "[Service]\nExecStart=/x\n",
+         "env_content": ENV, "env_file": str(tmp / "etc" / "sglang.env"), "state_dir": str(tmp / "state"),
+         "unit_dir": str(tmp / "systemd"), "python": str(tmp / "venv" / "bin" / "python"), "service_user": ME,
+         "force": False, "enabled": True, "state": state}
+    o.update(kw)
+    return o
+
+
+def call(tmp, sd, check_mode=False, **kw):
+    return service(opts(tmp, **kw), check_mode=check_mode, run=sd.run, owner=OWNER)
+
+
+def mode(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def started_host(host):
+    """The host after a first start of plan tp8; returns the fake systemd."""
+    sd = Systemd(host)
+    call(host, sd)
+    sd.calls.clear()
+    return sd
+
+
+# -------------------------------------------------------------------------------------------- preconditions
+
+@pytest.mark.parametrize("state", ["checked", "started"])
+@pytest.mark.parametrize("breakage, words", [
+    ("no_python", "the SGLang python '{tmp}/venv/bin/python' (sglang_version 0.5.9) does not exist"),
+    ("python_not_executable", "the SGLang python '{tmp}/venv/bin/python' (sglang_version 0.5.9) is not executable"),
+    ("no_model_config", "the model directory '{tmp}/m' (plan model_path) has no config.json"),
+    ("no_user", "the service user 'no-such-user-tl' does not exist: the sglang role creates it (--tags provision)"),
+    ("bad_running_plan", "Cannot read the plan the unit runs now, {tmp}/state/current_plan.json: "),
+    ("running_plan_not_object", "The plan the unit runs now, {tmp}/state/current_plan.json, is not a JSON object"),
+])
+def test_preconditions_fail_by_name_and_change_nothing(host, state, breakage, words):
+    kw = {}
+    if breakage == "no_python":
+        (host / "venv" / "bin" / "python").unlink()
+    elif breakage == "python_not_executable":
+        (host / "venv" / "bin" / "python").chmod(0o644)
+    elif breakage == "no_model_config":
+        (host / "m" / "config.json").unlink()
+    elif breakage == "no_user":
+        kw["service_user"] = "no-such-user-tl"
+    else:
+        (host / "state").mkdir()
+        (host / "state" / "current_plan.json").write_text("{not json" if breakage == "bad_running_plan" else "[1]")
+    before = sorted(p.relative_to(host) for p in host.rglob("*"))
+    sd = Systemd(host)
+    with pytest.raises(ServiceError) as exc:
+        call(host, sd, state=state, **kw)
+    msg = str(exc.value)
+    assert words.format(tmp=host) in msg
+    assert msg.endswith("nothing was stopped.")
+    assert sorted(p.relative_to(host) for p in host.rglob("*")) == before
+    assert sd.verbs() == []
+
+
+def test_relative_model_path_is_not_checked(host):
+    """A Hugging Face id (not a local path) is left to SGLang."""
+    sd = Systemd(host)
+    res = call(host, sd, state="checked", plan=plan(model_path="zai-org/GLM-5"))
+    assert res["replace"] is True
+
+
+def test_bad_state_and_empty_plan_fail_by_name(host):
+    with pytest.raises(ServiceError, match="state 'running': must be checked or started"):
+        call(host, Systemd(host), state="running")
+    with pytest.raises(ServiceError, match="^No plan to launch: the plan stage did not run in this play"):
+        call(host, Systemd(host), plan={})
+
+
+# ------------------------------------------------------------------------------------------------- decision
+
+def test_decide_reasons_in_the_roles_words():
+    p = plan()
+    assert decide(p, p, ["layout", "argv"], "active", False, False, False) == []
+    assert decide(p, {}, ["layout"], "failed", True, True, True) == [
+        "forced (--tags given or launch_force)", "the unit is not active", "the plan changed (none -> tp8)",
+        "the unit file changed", "the env file changed"]
+    other = plan("tp4pp2", argv=["--tp-size", "4", "--pp-size", "2"])
+    assert decide(other, p, ["layout", "argv"], "active", False, False, False) == ["the plan changed (tp8 -> tp4pp2)"]
+
+
+def test_first_check_on_a_fresh_host(host):
+    res = call(host, Systemd(host), state="checked")
+    assert res["replace"] is True and res["changed"] is False
+    assert res["reasons"] == ["the unit is not active", "the plan changed (none -> tp8)", "the unit file changed",
+                              "the env file changed"]
+    assert res["reason"] == ", ".join(res["reasons"])
+    assert res["unit_state"] == {"LoadState": "not-found", "ActiveState": "inactive", "SubState": "dead",
+                                 "UnitFileState": ""}
+    assert res["written"] == [] and res["actions"] == []
+
+
+def test_same_plan_running_is_left_alone(host):
+    sd = started_host(host)
+    res = call(host, sd, state="checked")
+    assert res["replace"] is False and res["reasons"] == [] and res["reason"] == "the same plan already runs"
+    res = call(host, sd)
+    assert res["changed"] is False and res["written"] == [] and res["actions"] == []
+    assert sd.verbs() == []
+
+
+def test_plan_compared_on_server_keys_only_and_key_order_free(host):
+    sd = started_host(host)
+    p = plan(model_path=str(host / "m"), reason="other words", warnings=["x"])
+    reordered = dict(reversed(list(p.items())))
+    reordered["env"] = dict(reversed(list(p["env"].items())))
+    res = call(host, sd, state="checked", plan=reordered)
+    assert res["reasons"] == []
+    res = call(host, sd, state="checked", plan=dict(p, port=30001))
+    assert res["reasons"] == ["the plan changed (tp8 -> tp8)"]
+    res = call(host, sd, state="checked", plan=dict(p, layout={"name": "tp4pp2"}))
+    assert res["reasons"] == ["the plan changed (tp8 -> tp4pp2)"]
+    # With port outside server_keys the same change is no reason.
+    res = call(host, sd, state="checked", plan=dict(p, port=30001), server_keys=["layout", "argv"])
+    assert res["reasons"] == []
+
+
+@pytest.mark.parametrize("change, reason", [
+    ("unit_content", "the unit file changed"), ("env_content", "the env file changed"),
+    ("env_mode", "the env file changed"), ("unit_mode", "the unit file changed"),
+    ("force", "forced (--tags given or launch_force)"), ("inactive", "the unit is not active"),
+    ("failed", "the unit is not active"),
+])
+def test_each_reason(host, change, reason):
+    sd = started_host(host)
+    kw = {}
+    if change == "unit_content":
+        kw["unit_content"] = "[Service]\nExecStart=/y\n"
+    elif change == "env_content":
+        kw["env_content"] = ENV + "X=\"1\"\n"
+    elif change == "env_mode":
+        os.chmod(host / "etc" / "sglang.env", 0o640)
+    elif change == "unit_mode":
+        os.chmod(host / "systemd" / UNIT, 0o664)
+    elif change == "force":
+        kw["force"] = True
+    else:
+        sd.props["ActiveState"] = change
+    res = call(host, sd, state="checked", **kw)
+    assert res["reasons"] == [reason] and res["replace"] is True and res["reason"] == reason
+
+
+# -------------------------------------------------------------------------------------------- files, modes
+
+def test_plan_text_is_what_to_nice_json_wrote():
+    p = plan(memory={"fits": True, "usable_bytes": 1.5e11}, served_model_name="glm-5 \u00e9")
+    assert plan_text(p) == to_nice_json(p) + "\n"
+
+
+def test_first_start_writes_files_with_their_modes(host, monkeypatch):
+    created = []
+    real_mkstemp = system_mod.tempfile.mkstemp
+
+    def mkstemp(**kw):
+        fd, path = real_mkstemp(**kw)
+        created.append((os.path.basename(path), mode(path)))
+        return fd, path
+
+    monkeypatch.setattr(system_mod.tempfile, "mkstemp", mkstemp)
+    res = call(host, Systemd(host))
+    env, unit, cur = host / "etc" / "sglang.env", host / "systemd" / UNIT, host / "state" / "current_plan.json"
+    assert res["written"] == [str(host / "etc"), str(host / "state"), str(env), str(unit), str(cur)]
+    assert mode(env) == 0o600 and mode(unit) == 0o644 and mode(cur) == 0o644
+    assert mode(host / "etc") == 0o755 and mode(host / "state") == 0o755
+    assert env.read_text() == ENV and unit.read_text() == "[Service]\nExecStart=/x\n"
+    assert json.loads(cur.read_text()) == plan(model_path=str(host / "m"))
+    # Every file starts its life 0600 (mkstemp), the env file with its secrets included.
+    assert [m for _, m in created] == [0o600, 0o600, 0o600] and created[0][0].startswith(".sglang.env.")
+    assert sorted(p.name for p in (host / "etc").iterdir()) == ["sglang.env"]       # no temp file left
+
+
+def test_loose_env_file_is_rewritten_0600(host):
+    sd = started_host(host)
+    os.chmod(host / "etc" / "sglang.env", 0o644)
+    res = call(host, sd)
+    assert res["written"] == [str(host / "etc" / "sglang.env")]
+    assert mode(host / "etc" / "sglang.env") == 0o600
+
+
+def test_env_values_are_the_secrets():
+    assert env_values(ENV, ["HF_TOKEN", "TOPOLAUNCH_API_KEY"]) == [HF_TOKEN, API_KEY]
+    assert env_values('HF_TOKEN=""\nA="b"\n', ["HF_TOKEN"]) == []
+
+
+# ----------------------------------------------------------------------------------------------- systemctl
+
+def test_first_start_sequence(host):
+    sd = Systemd(host)
+    res = call(host, sd)
+    assert sd.verbs() == ["daemon-reload", "reset-failed", "enable", "restart"]
+    assert res["actions"] == sd.verbs() and res["changed"] is True and res["replace"] is True
+    assert sd.props["ActiveState"] == "active" and sd.props["UnitFileState"] == "enabled"
+
+
+def test_second_start_changes_nothing(host):
+    sd = started_host(host)
+    res = call(host, sd)
+    assert res["changed"] is False and res["written"] == [] and res["actions"] == [] and sd.verbs() == []
+
+
+def test_forced_restart_of_a_running_server(host):
+    sd = started_host(host)
+    res = call(host, sd, force=True)
+    assert sd.verbs() == ["reset-failed", "restart"] and res["changed"] is True and res["written"] == []
+
+
+def test_new_layout_reloads_and_restarts(host):
+    sd = started_host(host)
+    res = call(host, sd, plan=plan("tp4pp2", model_path=str(host / "m")), unit_content="[Service]\nExecStart=/y\n")
+    assert res["reasons"] == ["the plan changed (tp8 -> tp4pp2)", "the unit file changed"]
+    assert sd.verbs() == ["daemon-reload", "reset-failed", "restart"]
+    assert json.loads((host / "state" / "current_plan.json").read_text())["layout"]["name"] == "tp4pp2"
+
+
+def test_start_limit_spent_is_cleared_before_the_start(host):
+    """A crash-looping server leaves the unit failed with its start limit spent: reset-failed first, then start."""
+    sd = started_host(host)
+    sd.props.update(ActiveState="failed", SubState="failed")
+    res = call(host, sd)
+    assert res["reasons"] == ["the unit is not active"]
+    assert sd.verbs() == ["reset-failed", "restart"] and res["changed"] is True
+
+
+def test_reset_failed_of_an_unloaded_unit_is_no_error(host):
+    sd = started_host(host)
+    sd.props["ActiveState"] = "inactive"
+    sd.fail["reset-failed"] = (1, "Failed to reset failed state of unit %s: Unit %s not loaded." % (UNIT, UNIT))
+    res = call(host, sd)
+    assert sd.verbs() == ["reset-failed", "restart"] and res["actions"] == ["reset-failed", "restart"]
+
+
+def test_reset_failed_other_error_fails(host):
+    sd = started_host(host)
+    sd.fail["reset-failed"] = (1, "Access denied")
+    with pytest.raises(ServiceError, match="systemctl reset-failed %s failed \\(rc 1\\): Access denied" % UNIT):
+        call(host, sd, force=True)
+
+
+def test_enabled_follows_the_option(host):
+    sd = started_host(host)
+    res = call(host, sd, enabled=False)
+    assert sd.verbs() == ["disable"] and res["changed"] is True
+    sd.calls.clear()
+    res = call(host, sd, enabled=None)
+    assert sd.verbs() == [] and res["changed"] is False
+
+
+def test_daemon_reload_when_systemd_asks_for_it(host):
+    sd = started_host(host)
+    sd.props["NeedDaemonReload"] = "yes"
+    res = call(host, sd)
+    assert sd.verbs() == ["daemon-reload"] and res["changed"] is True and res["replace"] is False
+
+
+def test_failed_start_names_systemctls_message_and_the_log(host):
+    sd = Systemd(host, restart=(1, "Job for %s failed because the control process exited with error code." % UNIT))
+    with pytest.raises(ServiceError) as exc:
+        call(host, sd)
+    msg = str(exc.value)
+    assert msg.startswith("systemctl restart %s failed (rc 1): Job for %s failed because" % (UNIT, UNIT))
+    assert "Last log lines of %s (journalctl -u %s):\nLoad weight begin\n" % (UNIT, UNIT) in msg and "boom" in msg
+    assert exc.value.result["actions"] == ["daemon-reload", "reset-failed", "enable", "restart (failed)"]
+    assert exc.value.result["changed"] is True and str(host / "systemd" / UNIT) in exc.value.result["written"]
+
+
+# ---------------------------------------------------------------------------------------------- check mode
+
+def test_check_mode_changes_nothing(host):
+    sd = Systemd(host)
+    res = call(host, sd, check_mode=True)
+    assert res["changed"] is True and res["replace"] is True
+    assert res["written"][-3:] == [str(host / "etc" / "sglang.env"), str(host / "systemd" / UNIT),
+                                   str(host / "state" / "current_plan.json")]
+    assert res["actions"] == ["daemon-reload", "enable", "restart"]
+    assert sd.verbs() == []
+    assert not (host / "etc").exists() and not (host / "state").exists() and list((host / "systemd").iterdir()) == []
+
+
+def test_check_mode_on_a_running_server(host):
+    sd = started_host(host)
+    res = call(host, sd, check_mode=True, force=True)
+    assert res["actions"] == ["reset-failed", "restart"] and sd.verbs() == []
+    assert sd.props["ActiveState"] == "active"
+
+
+# -------------------------------------------------------------------------------------------- module main()
+
+@pytest.fixture
+def launch_module(run_module, monkeypatch):
+    """sglang_launch's main() against a scripted systemd: launch_module(args, sd, check_mode) -> (rc, result)."""
+
+    def run(args, sd, check_mode=False):
+        monkeypatch.setattr(sglang_service, "service", functools.partial(sglang_service.service, run=sd.run,
+                                                                         owner=OWNER))
+        return run_module(sglang_service, args, check_mode)[:2]
+
+    return run
+
+
+def module_args(tmp, **kw):
+    o = opts(tmp, **kw)
+    del o["enabled"]
+    return o
+
+
+def test_module_started_then_idempotent(host, launch_module):
+    sd = Systemd(host)
+    rc, out = launch_module(module_args(host), sd)
+    assert rc == 0 and out["changed"] is True and out["actions"] == ["daemon-reload", "reset-failed", "restart"]
+    rc, out = launch_module(module_args(host, state="checked"), sd)
+    assert rc == 0 and out["changed"] is False and out["reason"] == "the same plan already runs"
+    rc, out = launch_module(module_args(host), sd)
+    assert rc == 0 and out["changed"] is False
+
+
+def test_module_check_mode(host, launch_module):
+    sd = Systemd(host)
+    rc, out = launch_module(module_args(host), sd, check_mode=True)
+    assert rc == 0 and out["changed"] is True and not (host / "etc").exists()
+
+
+def test_module_never_shows_the_secrets(host, launch_module):
+    """Neither the env content nor the secrets in it (SGLang logs its api_key) reach the module's output."""
+    sd = Systemd(host, restart=(1, "Job for %s failed." % UNIT))
+    rc, out = launch_module(module_args(host), sd)
+    text = json.dumps(out)
+    assert rc == 1 and "Job for %s failed." % UNIT in out["msg"] and "server_args=ServerArgs(api_key=" in out["msg"]
+    assert API_KEY not in text and "s3cr3t" not in text
+    assert out["invocation"]["module_args"]["env_content"] == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
+
+
+def test_module_fails_before_anything_with_a_missing_user(host, launch_module):
+    sd = Systemd(host)
+    rc, out = launch_module(module_args(host, service_user="no-such-user-tl"), sd)
+    assert rc == 1 and out["msg"].startswith("Cannot launch: the service user 'no-such-user-tl' does not exist")
+    assert not (host / "etc").exists() and sd.verbs() == []
+
+
+# ------------------------------------------------------------------------------- validate: the plan itself
+
+@pytest.mark.parametrize("change, words", [
+    ({"argv": []}, "argv [] is not a non-empty list of strings"),
+    ({"argv": ["--host", "a\nb"]}, "argv has an item with a line break: 'a\\nb'"),
+    ({"gpu_indices": [0, 0]}, "gpu_indices [0, 0] are not distinct GPU indices"),
+    ({"gpu_indices": [0, True]}, "gpu_indices [0, True] are not distinct GPU indices"),
+    ({"cuda_visible_devices": "1,0,2,3,4,5,6,7"}, "cuda_visible_devices '1,0,2,3,4,5,6,7' is not gpu_indices"),
+    ({"env": {"BAD NAME": "1"}}, "env name 'BAD NAME' is not a variable name"),
+    ({"env": {"X": "a\nb"}}, "env X has a line break"),
+    ({"env": {"CUDA_VISIBLE_DEVICES": "0"}}, "env CUDA_VISIBLE_DEVICES '0' is not cuda_visible_devices"),
+    ({"port": 0}, "port 0 is not a port number (1-65535)"),
+    ({"port": "30000"}, "port '30000' is not a port number"),
+    ({"topology_fingerprint": "xyz"}, "topology_fingerprint 'xyz' is not 12 hex digits"),
+    ({"sglang_version": ""}, "sglang_version '' is not a version"),
+    ({"layout": {"tp": 8}}, "layout {'tp': 8} has no name"),
+])
+@pytest.mark.parametrize("state", ["checked", "started"])
+def test_an_unusable_plan_fails_before_anything(host, change, words, state):
+    sd = Systemd(host)
+    with pytest.raises(ServiceError) as exc:
+        call(host, sd, state=state, plan=plan(model_path=str(host / "m"), **change))
+    msg = str(exc.value)
+    assert msg.startswith("Cannot launch: the plan: ") and words in msg, msg
+    assert msg.endswith("Re-run the plan stage; nothing was stopped.")
+    assert sd.calls == [] and not (host / "state").exists()
+
+
+def test_every_problem_is_named_at_once(host):
+    with pytest.raises(ServiceError) as exc:
+        call(host, Systemd(host), plan=plan(model_path=str(host / "m"), port=0, argv=[]))
+    assert "argv [] is not" in str(exc.value) and "port 0 is not" in str(exc.value)
+
+
+def test_a_plan_for_other_gpus_fails(host):
+    with pytest.raises(ServiceError, match="the plan was made for topology a1b2c3d4e5f6 but this host reads "
+                                           "0123456789ab"):
+        call(host, Systemd(host), state="checked", topology_fingerprint="0123456789ab")
+    with pytest.raises(ServiceError, match=r"the plan uses GPUs \[0, 1, 2, 3, 4, 5, 6, 7\] but this host has 4"):
+        call(host, Systemd(host), state="checked", gpu_count=4)
+    assert call(host, Systemd(host), state="checked", topology_fingerprint="a1b2c3d4e5f6", gpu_count=8)["replace"]
+
+
+def test_an_env_file_line_broken_by_a_value_fails(host):
+    with pytest.raises(ServiceError, match='env file line 2 is not NAME="value"'):
+        call(host, Systemd(host), state="checked", env_content='A="1\nB"\n')
+
+
+def test_python_defaults_to_the_venv_of_the_plans_version(host):
+    venv = host / "venvs" / "0.5.9" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").write_text("#!/bin/sh\n")
+    (venv / "python").chmod(0o755)
+    assert call(host, Systemd(host), state="checked", python=None, venv_root=str(host / "venvs"))["replace"]
+    with pytest.raises(ServiceError, match="the SGLang python '%s' " % (host / "nowhere" / "0.5.9" / "bin" / "python")):
+        call(host, Systemd(host), state="checked", python=None, venv_root=str(host / "nowhere"))
+
+
+def test_both_states_return_the_plan_and_their_stage(host):
+    sd = Systemd(host)
+    res = call(host, sd, state="checked")
+    assert res["plan"] == plan(model_path=str(host / "m")) and res["stage"] == "validate"
+    res = call(host, sd)
+    assert res["plan"] == plan(model_path=str(host / "m")) and res["stage"] == "launch"
+
+
+def test_a_kept_server_keeps_its_recorded_plan(host):
+    """The same server with a new explanation (reason, estimate, source) is left alone and its record too: a
+    second run changes nothing."""
+    sd = started_host(host)
+    recorded = (host / "state" / "current_plan.json").read_text()
+    res = call(host, sd, plan=plan(model_path=str(host / "m"), reason="measured results decide", source="measured"))
+    assert res["replace"] is False and res["changed"] is False and res["written"] == [] and sd.verbs() == []
+    assert (host / "state" / "current_plan.json").read_text() == recorded

@@ -1,0 +1,477 @@
+"""Each validity rule of the planner, inputs it refuses, and that every reason is reported (not just the first)."""
+import pytest
+
+from plan_cases import FIELD_ARGS, model_input, model_path, synth_facts
+from ansible_collections.topolaunch.sglang.plugins.module_utils import planner
+from ansible_collections.topolaunch.sglang.plugins.module_utils import plan_args
+from ansible_collections.topolaunch.sglang.plugins.module_utils.plan_args import FlagIndex, check_server_args
+
+VNUMA = "proxmox-8x-rtx-pro-6000-vnuma"
+
+
+@pytest.fixture(scope="module")
+def vnuma(tmp_path_factory):
+    return synth_facts(VNUMA, tmp_path_factory.mktemp("vnuma"))
+
+
+def refused(facts, layout, **kwargs):
+    kwargs.setdefault("model_path", model_path("glm-5-nvfp4"))
+    with pytest.raises(planner.PlanError) as exc:
+        planner.plan(planner.PlanRequest(topology=facts, layout=layout, **kwargs))
+    return exc.value.reasons
+
+
+def candidate(facts, name, **kwargs):
+    kwargs.setdefault("model_path", model_path("glm-5-nvfp4"))
+    try:
+        plan = planner.plan(planner.PlanRequest(topology=facts, layout="auto", **kwargs))
+        candidates = plan["candidates"]
+    except planner.PlanError as exc:
+        candidates = exc.partial["candidates"]
+    return next(c for c in candidates if c["name"] == name)
+
+
+# ---------------------------------------------------------------------------------------------- layouts
+
+
+@pytest.mark.parametrize("text, want", [
+    ("tp8", {"tp": 8, "pp": 1, "dp": 1, "ep": 1}),
+    ("tp4pp2", {"tp": 4, "pp": 2, "dp": 1, "ep": 1}),
+    ("TP4+PP2", {"tp": 4, "pp": 2, "dp": 1, "ep": 1}),
+    ("tp2pp2ep2", {"tp": 2, "pp": 2, "dp": 1, "ep": 2}),
+    ("tp4dp2", {"tp": 4, "pp": 1, "dp": 2, "ep": 1}),
+    ({"tp": 4, "pp": "2"}, {"tp": 4, "pp": 2, "dp": 1, "ep": 1}),
+    ("auto", "auto"), (None, "auto"),
+])
+def test_layout_names_and_mappings(text, want):
+    assert planner.parse_layout(text) == want
+
+
+@pytest.mark.parametrize("bad, words", [
+    ("tp4pq2", "not 'auto' or a name"), ("tp4tp2", "names tp twice"), ("tp0", "at least 1"),
+    ({"tp": 4, "cp": 2}, "unknown keys cp"), ({"tp": -1}, "tp must be a positive integer"), (8, "must be 'auto'"),
+])
+def test_bad_layouts_are_named(bad, words):
+    with pytest.raises(planner.PlanError) as exc:
+        planner.parse_layout(bad)
+    assert words in exc.value.reasons[0]
+
+
+def test_layout_name_round_trip():
+    for c in planner.enumerate_layouts(8, moe=True):
+        assert planner.parse_layout(planner.layout_name(**c)) == c
+    dense = planner.enumerate_layouts(8, moe=False)
+    assert {planner.layout_name(**c) for c in dense} == {
+        "tp8", "tp4pp2", "tp4dp2", "tp2pp4", "tp2pp2dp2", "tp2dp4", "tp1pp8", "tp1pp4dp2", "tp1pp2dp4", "tp1dp8"}
+
+
+def test_default_partition_is_sglangs():
+    assert planner.default_partition(78, 2) == [39, 39]
+    assert planner.default_partition(78, 4) == [19, 19, 20, 20]  # the last n % pp stages get one more
+    assert planner.default_partition(61, 2) == [30, 31]
+
+
+# ---------------------------------------------------------------------------------------------- rules
+
+
+def test_gpus_present(vnuma):
+    assert "layout tp8pp2: tp8pp2 needs 16 GPUs, 8 available" in refused(vnuma, "tp8pp2")
+
+
+def test_heads_divisible_by_tp(vnuma):
+    reasons = refused(vnuma, "tp3", gpus=[0, 1, 2])
+    assert "layout tp3: attention heads 64 are not divisible by tp 3" in reasons
+
+
+def test_kv_heads_split_or_replicated(vnuma):
+    model = model_input("llama-3.1-70b", num_attention_heads=48, num_key_value_heads=6)
+    reasons = refused(vnuma, "tp4", model=model, gpus=[0, 1, 2, 3])
+    assert "layout tp4: KV heads 6 can be neither split nor replicated over tp 4" in reasons
+    # 8 KV heads over tp 8 split; 8 KV heads over tp 2 split too
+    assert candidate(vnuma, "tp8", model=model_input("llama-3.1-70b"))["valid"]
+
+
+def test_vocab_divisible_by_tp(vnuma):
+    model = model_input("llama-3.1-70b", num_attention_heads=48, num_key_value_heads=48, vocab_size=151552)
+    reasons = refused(vnuma, "tp3", model=model, gpus=[0, 1, 2])
+    assert "layout tp3: vocabulary 151552 (padded to 151552) is not divisible by tp 3" in reasons
+    assert not any("heads" in r for r in reasons)
+
+
+def test_tp_not_above_routed_experts(vnuma):
+    model = model_input("qwen3-235b-a22b", num_experts=4, num_experts_per_tok=2)
+    reasons = refused(vnuma, "tp8", model=model)
+    assert "layout tp8: tp 8 is greater than the 4 routed experts" in reasons
+
+
+def test_ep_rules(vnuma):
+    assert "layout tp8ep2: ep 2 needs a mixture-of-experts model; this one is dense" in refused(
+        vnuma, "tp8ep2", model_path=model_path("llama-3.1-70b"))
+    reasons = refused(vnuma, "tp4ep3", gpus=[0, 1, 2, 3])
+    assert "layout tp4ep3: ep 3 does not divide tp 4 (SGLang's MoE TP size is tp / ep)" in reasons
+    assert "layout tp4ep3: 256 routed experts cannot be split over ep 3" in reasons
+    # flashinfer_cutlass MoE runner: ep in {1, tp}
+    args = {"moe_runner_backend": "flashinfer_cutlass"}
+    assert "layout tp8ep2: moe_runner_backend flashinfer_cutlass needs ep 1 or ep = tp 8, not 2" in refused(
+        vnuma, "tp8ep2", server_args=args)
+    assert candidate(vnuma, "tp8ep8", server_args=args)["valid"]
+    assert candidate(vnuma, "tp8", server_args=args)["valid"]
+    # all-to-all backends force ep = tp: another ep is refused, not silently changed
+    args = {"moe_a2a_backend": "deepep"}
+    assert any("moe_a2a_backend deepep makes SGLang set ep = tp 8; ask for ep 8 (layout tp8ep8)" in r
+               for r in refused(vnuma, "tp8", server_args=args))
+    assert candidate(vnuma, "tp8ep8", server_args=args)["valid"]
+    # pp > 1 with ep > 1 through an all-to-all backend is a valid combination
+    assert candidate(vnuma, "tp4pp2ep4", server_args=args)["valid"]
+    # flashinfer all-to-all needs the flashinfer_cutlass runner (a global rule: every layout fails)
+    assert any("moe_a2a_backend flashinfer needs moe_runner_backend flashinfer_cutlass" in r
+               for r in refused(vnuma, "tp8ep8", server_args={"moe_a2a_backend": "flashinfer"}))
+    # cutlass MoE with fp8 quantization: ep 1 only
+    assert any("moe_runner_backend cutlass with fp8 quantization needs ep 1, not 8" in r for r in refused(
+        vnuma, "tp8ep8", server_args={"moe_runner_backend": "cutlass", "quantization": "fp8"},
+        model_path=model_path("glm-4.7")))
+    # EPLB balances experts between EP ranks: it needs some
+    assert "layout tp8: enable_eplb needs ep > 1" in refused(vnuma, "tp8", server_args={"enable_eplb": True})
+
+
+def test_fp8_block_quantized_experts(vnuma):
+    fp8 = {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}
+    model = model_input("qwen3-235b-a22b", quantization_config=fp8)
+    model["total_size"] //= 2
+    reasons = refused(vnuma, "tp8", model=model)
+    assert ("layout tp8: FP8 block-quantized experts: moe_intermediate_size 1536 / (tp/ep = 8) must be a multiple "
+            "of the block size 128") in reasons
+    assert candidate(vnuma, "tp8ep2", model=model)["valid"]  # 1536 / 4 = 384 = 3 blocks
+    assert candidate(vnuma, "tp4pp2", model=model)["valid"]
+
+
+def test_layers_and_partition(vnuma):
+    model = model_input("llama-2-7b", num_hidden_layers=2)
+    assert "layout tp2pp4: pp 4 is larger than the 2 layers" in refused(vnuma, "tp2pp4", model=model)
+    reasons = refused(vnuma, "tp4pp2", pp_layer_partition=[40, 40])
+    assert "layout tp4pp2: pp_layer_partition [40, 40] must give every stage >= 1 layer and sum to 78 layers" in reasons
+    assert "layout tp4pp2: pp_layer_partition has 3 entries for pp 2" in refused(
+        vnuma, "tp4pp2", pp_layer_partition=[26, 26, 26])
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp4pp2",
+                                            pp_layer_partition=[37, 41]))
+    assert plan["env"]["SGLANG_PP_LAYER_PARTITION"] == "37,41"
+    assert [(s["first_layer"], s["last_layer"]) for s in plan["pp_layer_partition"]] == [(0, 36), (37, 77)]
+    covered = [layer for s in plan["pp_layer_partition"] for layer in range(s["first_layer"], s["last_layer"] + 1)]
+    assert covered == list(range(78))
+
+
+def test_pp_refuses_speculative_decoding_and_mixed_chunk(vnuma):
+    reasons = refused(vnuma, "tp4pp2", server_args={"speculative_algorithm": "EAGLE", "enable_mixed_chunk": True})
+    assert "layout tp4pp2: pp > 1 cannot run speculative decoding (EAGLE)" in reasons
+    assert "layout tp4pp2: pp > 1 cannot run enable_mixed_chunk" in reasons
+    assert candidate(vnuma, "tp8", server_args={"speculative_algorithm": "EAGLE"})["valid"]
+
+
+def test_memory_fit_uses_sglangs_default_fraction(vnuma):
+    # 97887 MiB RTX PRO 6000, tp8: reserved = 512 + 8192*1.5 + 512*2 + 8/8*1024 = 14848 MiB
+    assert planner.sglang_default_mem_fraction(97887 << 20, 8, 1, {}) == round((97887 - 14848) / 97887, 3)
+    # tp2: cuda graph max bs 256 -> reserved = 512 + 12288 + 512 + 256 = 13568 MiB
+    assert planner.sglang_default_mem_fraction(97887 << 20, 2, 1, {}) == round((97887 - 13568) / 97887, 3)
+    # a 24 GB card: chunk 2048, graph bs 24 (tp < 4): 512 + 3072 + 48 + 128 = 3760 MiB, no 10 GiB floor
+    assert planner.sglang_default_mem_fraction(24564 << 20, 1, 1, {}) == round((24564 - 3760) / 24564, 3)
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8"))
+    mem = plan["memory"]
+    assert mem["mem_fraction_static"] == 0.848 and mem["mem_fraction_source"] == "sglang_0.5.9_default"
+    assert mem["usable_bytes"] == int((mem["gpu_memory_bytes"] - (1 << 30)) * 0.848)
+    assert mem["kv_room_bytes"] == mem["usable_bytes"] - mem["weights_per_gpu_bytes"] or \
+        abs(mem["kv_room_bytes"] - (mem["usable_bytes"] - mem["weights_per_gpu_bytes"])) <= 1
+    # a lower fraction makes the same layout not fit
+    reasons = refused(vnuma, "tp8", server_args={"mem_fraction_static": 0.5})
+    assert any(r.startswith("layout tp8: does not fit:") for r in reasons)
+
+
+def test_kv_cache_of_mla_is_per_layer_not_per_head(vnuma):
+    tp8 = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8"))["memory"]
+    # SGLang's own split (39/39), so that both stages hold the same number of layers
+    pp2 = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp4pp2",
+                                           pp_layer_partition=[39, 39]))["memory"]
+    # MLA keeps the latent on every TP rank: half the layers per GPU halves the bytes per token
+    assert tp8["kv_bytes_per_token"] == 2 * pp2["kv_bytes_per_token"]
+    # GLM-5 is DSA: fp8 KV on SM 12 (1 byte): (512 + 64 + 128 + 4) x 78 layers
+    assert tp8["kv_bytes_per_token"] == (512 + 64) * 78 + (128 + 4) * 78
+    gqa = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("llama-3.1-70b"), layout="tp8"))["memory"]
+    assert gqa["kv_bytes_per_token"] == 1 * (128 + 128) * 80 * 2  # 8 KV heads / tp 8, bf16
+
+
+# ---------------------------------------------------------------------------------------------- server args
+
+
+def test_server_args_are_flags_of_the_pinned_version():
+    index = FlagIndex("0.5.9")
+    items, values, reasons, warnings = check_server_args(dict(
+        FIELD_ARGS, kv_cache_dtype="fp8_e4m3", trust_remote_code=True, enable_metrics=False, context_length="32768"),
+        index)
+    assert reasons == [] and warnings == []
+    flags = [flag for flag, _ in items]
+    assert flags == sorted(flags) and "--enable-metrics" not in flags
+    words = dict(items)
+    assert words["--trust-remote-code"] == ["--trust-remote-code"]
+    assert words["--context-length"] == ["--context-length", "32768"]
+    assert values["fp8_gemm_runner_backend"] == "cutlass" and values["context_length"] == 32768
+
+
+@pytest.mark.parametrize("args, words", [
+    ({"attention_backends": "flashinfer"}, "SGLang 0.5.9 has no flag for 'attention_backends'"),
+    ({"pp": 2}, "server_args.pp: SGLang 0.5.9 has no flag for 'pp' (similar: "),
+    ({"tp_size": 4}, "server_args.tp_size is set by the planner: use the layout"),
+    ({"tensor_parallel_size": 4}, "server_args.tensor_parallel_size is set by the planner"),
+    ({"api_key": "secret"}, "server_args.api_key is a secret"),
+    ({"mem_fraction_static": "lots"}, "server_args.mem_fraction_static must be a number, got 'lots'"),
+    ({"max_running_requests": 1.5}, "server_args.max_running_requests must be an integer"),
+    ({"trust_remote_code": "yes"}, "--trust-remote-code is a switch (store_true); give true or false"),
+    ({"kv_cache_dtype": "fp9"}, "'fp9' is not a choice of --kv-cache-dtype in SGLang 0.5.9 (choices: auto, "),
+    ({"hybrid_kvcache_ratio": True}, "--hybrid-kvcache-ratio is deprecated in SGLang 0.5.9"),
+    ({"fp8_gemm_backend": "cutlass", "fp8_gemm_runner_backend": "triton"}, "both set --fp8-gemm-backend"),
+    ({"enable_dp_attention": True}, "DP attention"),
+])
+def test_bad_server_args_are_named(args, words):
+    _, _, reasons, _ = check_server_args(args, FlagIndex("0.5.9"))
+    assert any(words in r for r in reasons), reasons
+
+
+FIELD_ARGS_0_5_23 = dict({k: v for k, v in FIELD_ARGS.items() if not k.startswith("nsa_")},
+                         dsa_prefill_backend="trtllm", dsa_decode_backend="trtllm")
+
+
+def test_both_tables_load_and_a_local_label_maps_to_its_base():
+    assert plan_args.supported_versions() == ["0.5.9", "0.5.23"]
+    for version in ("0.5.9", "0.5.23"):
+        index = FlagIndex(version + "+sim")
+        assert index.version == version and len(index.flags) > 300 and index.has("--tp-size")
+    assert FlagIndex("0.5.23").flags["--tp-size"]["dest"] == "tp_size"
+    assert FlagIndex("0.5.9").flags["--tp-size"]["dest"] == "tensor_parallel_size"
+
+
+def test_unknown_version_names_the_supported_ones():
+    with pytest.raises(KeyError) as exc:
+        FlagIndex("0.4.0")
+    assert str(exc.value) == "SGLang 0.4.0 has no flag table (supported: 0.5.9, 0.5.23)"
+
+
+def test_field_launch_for_0_5_23():
+    items, values, reasons, warnings = check_server_args(FIELD_ARGS_0_5_23, FlagIndex("0.5.23"))
+    assert reasons == [] and warnings == []
+    words = dict(items)
+    assert words["--dsa-prefill-backend"] == ["--dsa-prefill-backend", "trtllm"]
+    assert words["--fp8-gemm-backend"] == ["--fp8-gemm-backend", "cutlass"]
+    assert values["dsa_decode_backend"] == "trtllm" and values["fp8_gemm_runner_backend"] == "cutlass"
+
+
+@pytest.mark.parametrize("args, words", [
+    # hand-written renames (plan_args.RENAMED)
+    ({"nsa_prefill_backend": "trtllm"}, "server_args.nsa_prefill_backend: removed in 0.5.23, use dsa_prefill_backend"),
+    ({"nsa_decode_backend": "trtllm"}, "nsa_decode_backend: removed in 0.5.23, use dsa_decode_backend"),
+    ({"cuda_graph_max_bs": 256}, "cuda_graph_max_bs: removed in 0.5.23, use cuda_graph_max_bs_decode"),
+    # the 0.5.9 wheel's own deprecation ("Please use --swa-full-tokens-ratio instead.")
+    ({"hybrid_kvcache_ratio": 0.5}, "hybrid_kvcache_ratio: removed in 0.5.23, use swa_full_tokens_ratio"),
+    # gone without a successor
+    ({"enable_double_sparsity": True}, "server_args.enable_double_sparsity: removed in 0.5.23"),
+    ({"no_such_arg": 1}, "SGLang 0.5.23 has no flag for 'no_such_arg'"),
+    ({"attn_dp_size": 2}, "server_args.attn_dp_size is set by the planner: use nothing: DP attention"),
+    ({"ssl_keyfile_password": "x"}, "server_args.ssl_keyfile_password is a secret"),
+    ({"context_length": "32q"}, "server_args.context_length must be an integer (or 32k, 1Mi"),
+])
+def test_flags_of_0_5_9_that_0_5_23_does_not_take(args, words):
+    _, _, reasons, _ = check_server_args(args, FlagIndex("0.5.23"))
+    assert any(words in r for r in reasons), reasons
+
+
+def test_a_flag_added_later_is_named_as_such():
+    _, _, reasons, _ = check_server_args({"dsa_prefill_backend": "trtllm", "attn_cp_size_x": 1}, FlagIndex("0.5.9"))
+    assert reasons[0] == ("server_args.attn_cp_size_x: SGLang 0.5.9 has no flag for 'attn_cp_size_x' (similar: "
+                          "attn_cp_size)")
+    assert reasons[1] == ("server_args.dsa_prefill_backend: SGLang 0.5.9 has no flag for 'dsa_prefill_backend' "
+                          "(added in 0.5.23; 0.5.9 has nsa_prefill_backend)")
+
+
+def test_deprecated_flag_warns_and_still_launches():
+    index = FlagIndex("0.5.23")
+    items, values, reasons, warnings = check_server_args(
+        {"disable_cuda_graph": True, "grpc_mode": False, "enable_fused_qk_norm_rope": False,
+         "context_length": "128k", "tensor_parallel_size_x": None}, index)
+    assert reasons == ["server_args.tensor_parallel_size_x: SGLang 0.5.23 has no flag for 'tensor_parallel_size_x' "
+                       "(similar: tensor_parallel_size)"]
+    assert warnings == [  # grpc_mode: false writes nothing, so no warning
+        "server_args.disable_cuda_graph: --disable-cuda-graph is deprecated in SGLang 0.5.23; use "
+        "--cuda-graph-backend-{decode,prefill}=disabled"]
+    _, _, _, warnings = check_server_args({"grpc_mode": True, "disable_fast_image_processor": True}, index)
+    assert warnings == [
+        "server_args.disable_fast_image_processor: --disable-fast-image-processor is deprecated in SGLang 0.5.23; "
+        "use --image-processor-backend=pil",
+        "server_args.grpc_mode: --grpc-mode is deprecated in SGLang 0.5.23; use --smg-grpc-mode"]
+    words = dict(items)
+    assert words["--disable-cuda-graph"] == ["--disable-cuda-graph"] and "--grpc-mode" not in words
+    # BooleanOptionalAction: false is spelled --no-<flag>; human_readable_int keeps the text, the value is the int
+    assert words["--enable-fused-qk-norm-rope"] == ["--no-enable-fused-qk-norm-rope"]
+    assert words["--context-length"] == ["--context-length", "128k"] and values["context_length"] == 128000
+
+
+def test_aliases_are_keys_too():
+    index = FlagIndex("0.5.23")
+    assert index.by_name["tensor_parallel_size"] == "--tp-size" and index.by_name["enable_hicache"] == \
+        "--enable-hierarchical-cache"
+    items, _, reasons, _ = check_server_args({"hierarchical_sparse_attention_extra_config": "{}"}, index)
+    assert reasons == [] and items == [("--hisparse-config", ["--hisparse-config", "{}"])]
+
+
+@pytest.mark.parametrize("text, value", [("32768", 32768), ("32k", 32000), ("25.6k", 25600), ("1Mi", 1 << 20),
+                                         ("1.5Mi", None), ("32K", None), ("x", None)])
+def test_human_readable_int_as_sglang_0_5_23(text, value):
+    assert plan_args._human_int(text) == value
+
+
+def test_pp_alone_is_not_a_flag():
+    index = FlagIndex("0.5.9")
+    assert "pp" not in index.by_name or index.by_name["pp"] != "--pp-size"
+    assert index.by_name["pp_size"] == "--pp-size" and index.by_name["pipeline_parallel_size"] == "--pp-size"
+
+
+def test_every_reason_is_reported(vnuma):
+    args = {"attention_backend": "flashinf", "no_such_arg": 1, "moe_runner_backend": "flashinfer_cutlass"}
+    reasons = refused(vnuma, "tp3pp2ep2", server_args=args, gpus=[0, 1, 2, 3, 4, 5], port=70000,
+                      served_model_name="glm:5")
+    text = "\n".join(reasons)
+    for words in ("'flashinf' is not a choice of --attention-backend", "no flag for 'no_such_arg'",
+                  "port must be between 1 and 65535", "served_model_name 'glm:5' contains ':'",
+                  "attention heads 64 are not divisible by tp 3", "ep 2 does not divide tp 3",
+                  "flashinfer_cutlass needs ep 1 or ep = tp 3"):
+        assert words in text, words
+    assert len(reasons) >= 7
+
+
+def test_unknown_version_and_missing_inputs(vnuma):
+    reasons = refused(vnuma, "tp8", sglang_version="0.5.7")
+    assert any("sglang_version 0.5.7 has no flag table (supported: 0.5.9, 0.5.23)" in r for r in reasons)
+    with pytest.raises(planner.PlanError) as exc:
+        planner.plan(planner.PlanRequest(model_path=model_path("glm-5-nvfp4")))
+    assert "give topology (ansible_facts.gpu_topology) or node_topologies (one per node)" in exc.value.reasons
+    reasons = refused(vnuma, "tp8", model_path="/nonexistent/model")
+    assert any("model path /nonexistent/model is not a directory" in r for r in reasons)
+    reasons = refused(vnuma, "tp8", gpus=[0, 9])
+    assert "gpus [9] are not present on node 0 (GPUs [0, 1, 2, 3, 4, 5, 6, 7])" in reasons
+
+
+def test_nccl_rules(tmp_path):
+    naive = synth_facts("proxmox-8x-rtx-pro-6000-naive", tmp_path / "naive")
+    plan = planner.plan(planner.PlanRequest(topology=naive, model_path=model_path("glm-5-nvfp4"), layout="tp8"))
+    assert plan["env"]["NCCL_P2P_DISABLE"] == "1" and "NCCL_P2P_LEVEL" not in plan["env"]
+    assert any("NCCL_TOPO_FILE" in w for w in plan["warnings"])
+    hgx = synth_facts("hgx-8x-h100-nvswitch", tmp_path / "hgx")
+    plan = planner.plan(planner.PlanRequest(topology=hgx, model_path=model_path("llama-3.1-70b"), layout="tp8"))
+    assert not any(k.startswith("NCCL_") for k in plan["env"])
+    vnuma = synth_facts(VNUMA, tmp_path / "vnuma")
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("llama-3.1-70b"), layout="tp8"))
+    # P2P across the sockets is left to NCCL (off) until a preflight measurement proves it on this topology
+    assert "NCCL_P2P_LEVEL" not in plan["env"]
+    assert any("NCCL_P2P_LEVEL=SYS measured 37-42 GB/s" in w and "preflight" in w for w in plan["warnings"])
+    assert any("spans NUMA nodes 0,1" in w for w in plan["warnings"])
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("llama-3.1-70b"), layout="tp4"))
+    assert "NCCL_P2P_LEVEL" not in plan["env"] and plan["gpu_indices"] == [0, 1, 2, 3]
+    assert any("GPUs [4, 5, 6, 7] stay idle" in w for w in plan["warnings"])
+
+
+def test_nvlink_pairs_become_tp2_groups(tmp_path):
+    facts = synth_facts("8x-h100-nvl-direct-nvlink-pairs", tmp_path)
+    plan = planner.plan(planner.PlanRequest(topology=facts, model_path=model_path("llama-3.1-70b"), layout="tp2dp4"))
+    assert plan["tp_groups"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    # a spec whose NVLink pairs cross the PCIe order: the pairs still form the groups
+    facts["links"] = [row[:] for row in facts["links"]]
+    for a, b in ((0, 1), (2, 3), (4, 5), (6, 7)):
+        facts["links"][a][b] = facts["links"][b][a] = facts["pcie_levels"][a][b]
+    for a, b in ((0, 2), (1, 3), (4, 6), (5, 7)):
+        facts["links"][a][b] = facts["links"][b][a] = "NV12"
+    plan = planner.plan(planner.PlanRequest(topology=facts, model_path=model_path("llama-3.1-70b"), layout="tp2dp4"))
+    assert sorted(map(sorted, plan["tp_groups"])) == [[0, 2], [1, 3], [4, 6], [5, 7]]
+
+
+def test_processes_on_planned_gpus_are_warned(tmp_path):
+    facts = synth_facts(VNUMA, tmp_path)
+    facts["gpus"][2]["processes"] = [{"pid": 4242, "used_memory_bytes": 5 << 30}]
+    plan = planner.plan(planner.PlanRequest(topology=facts, model_path=model_path("glm-5-nvfp4"), layout="tp8"))
+    assert any("GPU 2 holds processes 4242" in w for w in plan["warnings"])
+
+
+def test_nvml_order_that_is_not_bus_order_is_warned(tmp_path):
+    facts = synth_facts(VNUMA, tmp_path)
+    plan = planner.plan(planner.PlanRequest(topology=facts, model_path=model_path("glm-5-nvfp4"), layout="tp8"))
+    assert not any("PCI bus order" in w for w in plan["warnings"])
+    facts["gpus"][0]["pci_bus_id"], facts["gpus"][1]["pci_bus_id"] = facts["gpus"][1]["pci_bus_id"], \
+        facts["gpus"][0]["pci_bus_id"]
+    plan = planner.plan(planner.PlanRequest(topology=facts, model_path=model_path("glm-5-nvfp4"), layout="tp8"))
+    assert any("NVML index order [1, 0, 2, 3, 4, 5, 6, 7] differs from PCI bus order" in w for w in plan["warnings"])
+
+
+def test_flashinfer_all_to_all_with_pp_is_warned(vnuma):
+    args = {"moe_a2a_backend": "flashinfer", "moe_runner_backend": "flashinfer_cutlass"}
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp4pp2ep4", server_args=args))
+    assert any("pp_size=1 (token_dispatcher/flashinfer.py)" in w for w in plan["warnings"])
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8ep8", server_args=args))
+    assert not any("pp_size=1" in w for w in plan["warnings"])
+
+
+def test_plan_takes_one_request_object(vnuma):
+    with pytest.raises(planner.PlanError) as exc:
+        planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layot="tp8")
+    assert exc.value.reasons == ["unknown plan request field(s) layot (known: dist_init_addr, gpus, host, layout, "
+                                 "measured, model, model_path, nnodes, node_rank, node_topologies, port, "
+                                 "pp_layer_partition, served_model_name, server_args, sglang_version, topology, "
+                                 "workload)"]
+    with pytest.raises(planner.PlanError, match="plan\\(\\) takes a PlanRequest, got dict"):
+        planner.plan({"topology": vnuma})
+    request = planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8")
+    assert (request.layout, request.port, request.nnodes, request.gpus) == ("tp8", 30000, 1, None)
+    assert planner.plan(request)["layout"]["name"] == "tp8"
+
+
+def test_the_plan_follows_the_installed_version(vnuma):
+    """0.5.23: the field launch with dsa_* plans; nsa_* is refused naming dsa_*; a deprecated flag is a warning."""
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp4pp2",
+                        sglang_version="0.5.23+sim", server_args=dict(FIELD_ARGS_0_5_23, disable_cuda_graph=True)))
+    assert "--dsa-prefill-backend" in plan["argv"] and "--disable-cuda-graph" in plan["argv"]
+    assert any(w.startswith("server_args.disable_cuda_graph: --disable-cuda-graph is deprecated in SGLang 0.5.23")
+               for w in plan["warnings"]), plan["warnings"]
+    reasons = refused(vnuma, "tp4pp2", sglang_version="0.5.23", server_args=FIELD_ARGS)
+    assert "server_args.nsa_prefill_backend: removed in 0.5.23, use dsa_prefill_backend" in reasons
+
+
+# ---------------------------------------------------------------------------------------------- hostile input
+
+
+@pytest.mark.parametrize("server_args, key", [
+    ({"log_requests_target": ["stdout", "--tp-size", "1", "--host", "0.0.0.0"]}, "log_requests_target[1]"),
+    ({"uvicorn_access_log_exclude_prefixes": ["/x", "--api-key", "sk-secret"]}, "uvicorn_access_log_exclude_prefixes[1]"),
+    ({"chat_template": "-x"}, "chat_template"),
+])
+def test_a_list_item_or_value_that_looks_like_a_flag_is_refused(vnuma, server_args, key):
+    reasons = refused(vnuma, "tp8", server_args=server_args)
+    assert any(r.startswith("server_args.%s: " % key) and "looks like a flag" in r for r in reasons), reasons
+    assert not any("sk-secret" in r for r in reasons)
+
+
+def test_negative_numbers_are_values_not_flags(vnuma):
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8",
+                                            server_args={"random_seed": -1}))
+    assert plan["argv"][plan["argv"].index("--random-seed") + 1] == "-1"
+
+
+@pytest.mark.parametrize("field, value", [
+    ("served_model_name", "glm\r5"), ("served_model_name", "glm\x005"), ("host", "127.0.0.1\r"),
+    ("host", "--host"), ("served_model_name", "a\u2028b"),
+])
+def test_control_characters_and_flags_in_names_are_refused(vnuma, field, value):
+    reasons = refused(vnuma, "tp8", **{field: value})
+    assert any(r.startswith("%s: %r" % (field, value)) for r in reasons), reasons
+
+
+def test_control_characters_in_server_arg_values_are_refused(vnuma):
+    reasons = refused(vnuma, "tp8", server_args={"served_model_name": None, "chat_template": "a\rb"})
+    assert any("server_args.chat_template" in r and "control character" in r for r in reasons), reasons
+
+
+def test_a_gpu_named_twice_is_refused(vnuma):
+    assert "gpus [0, 0] names GPU [0] more than once" in refused(vnuma, "tp2", gpus=[0, 0])

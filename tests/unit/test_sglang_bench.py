@@ -1,0 +1,77 @@
+"""Action plugin sglang_bench (was the module bench_record): record runs, find a run of this server at this
+workload; run as Ansible runs it, what it records is measured."""
+import pytest
+from ansible.errors import AnsibleActionFail
+
+from ansible_collections.topolaunch.sglang.plugins.action import sglang_bench
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils.bench import load_runs, measured_records
+from test_bench import bench_line
+
+PLAN = {"layout": {"name": "tp8", "tp": 8}, "argv": ["--tp-size", "8"], "port": 30000, "model_name": "glm-5-nvfp4",
+        "topology_fingerprint": "a1b2c3d4e5f6", "reason": "auto"}
+BENCH = {"dataset_name": "random-ids", "input_len": 64, "output_len": 16}
+
+
+def record_args(tmp_path, completed=8, **kw):
+    args = {"results_dir": str(tmp_path), "model": "glm-5-nvfp4", "topology_fingerprint": "a1b2c3d4e5f6",
+            "layout": "tp8", "started": "2026-11-30T10:15:02Z",
+            "points": [{"max_concurrency": 1, "num_prompts": 8}],
+            "lines": bench_line(concurrency=1, completed=completed, output_throughput=321.0) + "\n",
+            "meta": {"host": "field"}, "bench": BENCH, "versions": {"sglang": "0.5.9"}, "plan": PLAN}
+    args.update(kw)
+    return args
+
+
+def test_record_then_measured(tmp_path, run_action):
+    out = run_action(sglang_bench, record_args(tmp_path))
+    assert out["changed"] is True and out["failures"] == [] and out["message"] == "" and out["stage"] == "bench"
+    assert out["run_id"] == "20261130T101502Z"
+    measured = measured_records(load_runs(str(tmp_path)), fingerprint="a1b2c3d4e5f6")
+    assert [(m["layout"], m["max_concurrency"], m["output_throughput"]) for m in measured] == [("tp8", 1, 321.0)]
+
+
+def test_record_partial_reports_the_failure(tmp_path, run_action):
+    out = run_action(sglang_bench, record_args(tmp_path, completed=3))
+    assert out["message"] == "bench of tp8 failed at concurrency 1: completed 3 of 8 prompts"
+    assert any(f.endswith(".error.json") for f in out["files"])
+    assert measured_records(load_runs(str(tmp_path))) == []  # a partial point is not a fair number
+
+
+def test_record_check_mode_writes_nothing(tmp_path, run_action):
+    out = run_action(sglang_bench, record_args(tmp_path), check_mode=True)
+    assert out["run_id"] == "20261130T101502Z"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_record_bad_input_fails_by_name(tmp_path, run_action):
+    with pytest.raises(AnsibleActionFail, match="^sglang_bench: not an ISO 8601 time: 'yesterday'$"):
+        run_action(sglang_bench, record_args(tmp_path, started="yesterday"))
+    with pytest.raises(AnsibleActionFail, match="^sglang_bench: state record needs model, layout$"):
+        run_action(sglang_bench, record_args(tmp_path, model="", layout=None))
+    with pytest.raises(AnsibleActionFail, match="value of state must be one of: record, query, got: remember"):
+        run_action(sglang_bench, record_args(tmp_path, state="remember"))
+    assert list(tmp_path.iterdir()) == []
+
+
+def _query(tmp_path, run_action, plan=PLAN, points=None, bench=None):
+    return run_action(sglang_bench, {"state": "query", "results_dir": str(tmp_path), "plan": plan,
+                                     "points": points or [{"max_concurrency": 1, "num_prompts": 8}],
+                                     "bench": BENCH if bench is None else bench})
+
+
+def test_query_finds_this_server_at_this_workload_only(tmp_path, run_action):
+    assert _query(tmp_path, run_action) == {"changed": False, "measured_run": None, "stage": "bench"}
+    run_id = run_action(sglang_bench, record_args(tmp_path))["run_id"]
+    found = _query(tmp_path, run_action)
+    assert found["changed"] is False and found["measured_run"]["run_id"] == run_id
+    # Another explanation of the same server is the same server.
+    assert _query(tmp_path, run_action, plan=dict(PLAN, reason="measured"))["measured_run"]["run_id"] == run_id
+    # Another server, other points, another workload: not measured.
+    assert _query(tmp_path, run_action, plan=dict(PLAN, argv=["--tp-size", "4"]))["measured_run"] is None
+    assert _query(tmp_path, run_action, points=[{"max_concurrency": 4, "num_prompts": 8}])["measured_run"] is None
+    assert _query(tmp_path, run_action, bench=dict(BENCH, output_len=32))["measured_run"] is None
+
+
+def test_query_skips_failed_and_partial_runs(tmp_path, run_action):
+    run_action(sglang_bench, record_args(tmp_path, completed=3))
+    assert _query(tmp_path, run_action)["measured_run"] is None

@@ -1,0 +1,140 @@
+"""sglang_plan: the module (a plan from a model directory, check mode, every reason on failure) and its action
+plugin (measured results in, the plan and the candidates table out, handled on the controller in-process)."""
+import json
+
+import pytest
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.topolaunch.sglang.plugins.action import sglang_bench
+from ansible_collections.topolaunch.sglang.plugins.action import sglang_plan as action
+from ansible_collections.topolaunch.sglang.plugins.modules import sglang_plan
+from actions import make_action
+from test_sglang_bench import record_args
+from plan_cases import FIELD_ARGS, model_path, synth_facts
+from topology_cases import make_sysfs
+
+
+@pytest.fixture(scope="module")
+def vnuma(tmp_path_factory):
+    return synth_facts("proxmox-8x-rtx-pro-6000-vnuma", tmp_path_factory.mktemp("vnuma"))
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_module_plans_the_field_launch(vnuma, run_module, check_mode):
+    code, out, _ = run_module(sglang_plan, {"topology": vnuma, "model_path": model_path("glm-5-nvfp4"), "layout": "tp4pp2",
+                            "server_args": FIELD_ARGS, "served_model_name": "glm-5-nvfp4"}, check_mode)
+    assert code == 0 and out["changed"] is False
+    plan = out["plan"]
+    assert plan["layout"]["name"] == "tp4pp2" and plan["cuda_visible_devices"] == "0,1,2,3,4,5,6,7"
+    assert plan["argv"][plan["argv"].index("--pp-size") + 1] == "2"
+    assert any(line.startswith("launch: CUDA_DEVICE_ORDER=PCI_BUS_ID") for line in out["report"])
+    assert "candidates:" in out["report"]
+    # One plan shape: the candidates table is beside the plan, not inside it.
+    assert "candidates" not in plan and out["stage"] == "plan"
+    assert "tp4pp2" in [c["name"] for c in out["candidates"] if c["valid"]]
+
+
+def test_module_takes_a_layout_mapping_and_a_python(vnuma, run_module):
+    code, out, _ = run_module(sglang_plan, {"topology": vnuma, "model_path": model_path("llama-3.1-70b"),
+                            "layout": {"tp": 2, "dp": 4}, "sglang_python": "/venv/bin/python"})
+    assert code == 0 and out["plan"]["layout"]["name"] == "tp2dp4"
+    assert any("/venv/bin/python -m sglang.launch_server" in line for line in out["report"])
+
+
+def test_module_fails_with_every_reason(vnuma, run_module):
+    code, out, _ = run_module(sglang_plan, {"topology": vnuma, "model_path": model_path("glm-5-nvfp4"), "layout": "tp3pp2",
+                            "server_args": {"attention_backend": "flashinf", "tp_size": 2}, "gpus": [0, 1, 2, 3, 4, 5]})
+    assert code == 1 and out["failed"] is True
+    text = "\n".join(out["reasons"])
+    assert "'flashinf' is not a choice of --attention-backend" in text
+    assert "server_args.tp_size is set by the planner" in text
+    assert "attention heads 64 are not divisible by tp 3" in text
+    assert out["msg"].startswith("sglang_plan: %d problem(s): " % len(out["reasons"]))
+    assert out["candidates"][0].split()[:2] == ["layout", "valid"]  # the table is there to show
+    assert any(line.split()[0] == "tp3pp2" and " no " in line for line in out["candidates"][1:])
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_module_reads_the_topology_when_not_given(fake_nvml, tmp_path, run_module, check_mode):
+    spec = fake_nvml.use("proxmox-8x-rtx-pro-6000-vnuma", init=False)
+    code, out, _ = run_module(sglang_plan, {"model_path": model_path("glm-5-nvfp4"), "layout": "tp8",
+                            "sysfs_root": make_sysfs(tmp_path, spec)}, check_mode)
+    assert code == 0, out
+    facts = out["ansible_facts"]["gpu_topology"]
+    assert facts["gpu_count"] == 8 and facts["islands"]["numa"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert out["plan"]["topology_fingerprint"] == facts["fingerprint"]
+
+
+def test_module_given_a_topology_returns_no_facts(vnuma, run_module):
+    code, out, _ = run_module(sglang_plan, {"topology": vnuma, "model_path": model_path("glm-5-nvfp4"), "layout": "tp8"})
+    assert code == 0 and out["ansible_facts"] == {}
+
+
+def test_module_without_topology_or_nvml_says_why(fake_nvml, tmp_path, run_module, monkeypatch):
+    fake_nvml.use("proxmox-8x-rtx-pro-6000-vnuma", init=False)
+    monkeypatch.setenv("FAKE_NVML_SPEC", str(tmp_path / "missing.json"))   # the fake: driver not loaded
+    code, out, _ = run_module(sglang_plan, {"model_path": model_path("glm-5-nvfp4")})
+    assert code == 1 and out["msg"].startswith("sglang_plan: reading the GPU topology: ")
+    assert "kernel driver not loaded" in out["msg"]
+
+
+def test_module_reads_a_model_given_directly(vnuma, run_module):
+    config = json.loads((open(model_path("llama-2-7b") + "/config.json")).read())
+    code, out, _ = run_module(sglang_plan, {"topology": vnuma, "model_path": "/srv/models/llama",
+                            "model": {"config": config, "total_size": 13476839424}, "layout": "tp1dp8"})
+    assert code == 0 and out["plan"]["model_name"] == "llama"
+    assert out["plan"]["argv"][:2] == ["--model-path", "/srv/models/llama"]
+
+
+# ------------------------------------------------------------------------------------------ the action plugin
+def test_measured_reads_the_bench_results(tmp_path, run_action):
+    run_action(sglang_bench, record_args(tmp_path))
+    records = action.measured(str(tmp_path))
+    assert [(m["model"], m["topology_fingerprint"], m["layout"], m["max_concurrency"], m["output_throughput"])
+            for m in records] == [("glm-5-nvfp4", "a1b2c3d4e5f6", "tp8", 1, 321.0)]
+
+
+def test_measured_of_a_missing_tree_is_empty(tmp_path):
+    assert action.measured(str(tmp_path / "none")) == []
+
+
+def test_measured_names_a_broken_tree(tmp_path, run_action):
+    run_action(sglang_bench, record_args(tmp_path))
+    meta = next(tmp_path.rglob("*.meta.json"))
+    meta.write_text("{not json")
+    with pytest.raises(AnsibleActionFail, match="cannot read the measured results in %s: .*meta.json" % tmp_path):
+        action.measured(str(tmp_path))
+
+
+def _action(args):
+    return make_action(action, args)
+
+
+def test_run_passes_measured_and_saves_the_plan(tmp_path, run_action, monkeypatch):
+    run_action(sglang_bench, record_args(tmp_path / "results"))
+    calls = []
+
+    def execute(self, module_name, module_args, task_vars):
+        calls.append((module_name, module_args))
+        return {"changed": False, "plan": {"layout": {"name": "tp8"}}, "candidates": [{"name": "tp8"}], "report": []}
+
+    monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+    monkeypatch.setattr(action.ActionModule, "_execute_module", execute)
+    save_to = tmp_path / "artifacts" / "field" / "plan.json"
+    result = _action({"layout": "tp8", "results_dir": str(tmp_path / "results"), "save_to": str(save_to),
+                      "measured": [{"layout": "tp4pp2"}]}).run(task_vars={})
+    name, args = calls[0]
+    assert name == "topolaunch.sglang.sglang_plan" and "results_dir" not in args and "save_to" not in args
+    assert [m["layout"] for m in args["measured"]] == ["tp4pp2", "tp8"]
+    assert result["saved"] is True and result["saved_to"] == str(save_to)
+    assert json.loads(save_to.read_text()) == {"layout": {"name": "tp8"}}
+    assert json.loads((save_to.parent / "candidates.json").read_text()) == [{"name": "tp8"}]     # beside it
+
+
+def test_run_saves_nothing_when_planning_failed(tmp_path, monkeypatch):
+    monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+    monkeypatch.setattr(action.ActionModule, "_execute_module",
+                        lambda self, module_name, module_args, task_vars: {"failed": True, "msg": "sglang_plan: 1"})
+    result = _action({"layout": "tp3", "save_to": str(tmp_path / "plan.json")}).run(task_vars={})
+    assert result["failed"] is True and "saved_to" not in result and not (tmp_path / "plan.json").exists()

@@ -1,0 +1,49 @@
+"""module_utils/topolaunch/system.py: systemctl show parsing, file comparison, the atomic writer."""
+import os
+import stat
+
+from ansible_collections.topolaunch.sglang.plugins.module_utils.system import (file_differs, journal, parse_show,
+                                                                               show, write_atomic)
+
+ME = (os.getuid(), os.getgid())
+
+
+class Boom(Exception):
+    pass
+
+
+def test_parse_show_and_show():
+    assert parse_show("ActiveState=active\nInvocationID=\nNoise\nA=b=c\n") == {
+        "ActiveState": "active", "InvocationID": "", "A": "b=c"}
+    calls = []
+    props = show("u.service", ["ActiveState"], lambda argv: calls.append(argv) or (0, "ActiveState=failed\n", ""), Boom)
+    assert props == {"ActiveState": "failed"} and calls == [["systemctl", "show", "--property=ActiveState", "u.service"]]
+    try:
+        show("u.service", ["X"], lambda argv: (1, "", "Access denied\n"), Boom)
+    except Boom as exc:
+        assert str(exc) == "systemctl show u.service failed (rc 1): Access denied"
+    else:
+        raise AssertionError("no error")
+
+
+def test_journal_of_one_start_or_of_the_unit():
+    seen = []
+
+    def run(argv):
+        seen.append(argv)
+        return 0, "a\nb\n", ""
+
+    assert journal("u.service", 5, run, Boom, "abc") == ["a", "b"]
+    assert seen[0][-3:] == ["_SYSTEMD_INVOCATION_ID=abc", "+", "INVOCATION_ID=abc"]
+    journal("u.service", 5, run, Boom)
+    assert seen[1][-2:] == ["-u", "u.service"]
+
+
+def test_write_atomic_then_file_differs(tmp_path):
+    path = str(tmp_path / "f")
+    assert file_differs(path, "x", 0o644, ME)
+    write_atomic(path, "x", 0o600, ME)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and open(path).read() == "x"
+    assert not file_differs(path, "x", 0o600, ME)
+    assert file_differs(path, "x", 0o644, ME) and file_differs(path, "y", 0o600, ME)
+    assert os.listdir(tmp_path) == ["f"]
