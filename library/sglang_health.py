@@ -10,8 +10,10 @@ description:
     from it, and every result (failures included) returns it as C(plan).
   - Polls the systemd unit, its journal (this start only, by InvocationID) and the server port.
   - Returns as soon as the server is ready (port open and SGLang's ready line logged), a new milestone is reached
-    (Load weight begin/end, Capture cuda graph begin/end), or O(chunk_seconds) passed; the caller loops and prints
-    progress between calls. C(already_serving) says that the first look of a new wait found it serving.
+    (the log lines of the plan's C(sglang_version) - 0.5.9 Init torch distributed begin, Load weight begin/end,
+    Capture cuda graph begin/end; 0.5.23 Init parallel begin, Load weight begin/end, Capture target prefill and
+    then decode CUDA graph begin/end), or O(chunk_seconds) passed; the caller loops and prints progress between
+    calls. C(already_serving) says that the first look of a new wait found it serving.
   - Fails at once when the unit died or systemd restarted it, with the log lines of this start that carry the error,
     and when the server is not ready O(startup_timeout) seconds after the unit's start. A failure also returns the
     last known good plan (C(last_good_plan)) and whether it runs another server (C(last_good_differs)), what a
@@ -107,7 +109,11 @@ state:
   returned: when the unit was read
   type: str
 milestone:
-  description: started, load_weight_begin, load_weight_end, capture_cuda_graph_begin, capture_cuda_graph_end or ready.
+  description:
+    - started, then per SGLang version - 0.5.9 init_distributed_begin, load_weight_begin, load_weight_end,
+      capture_cuda_graph_begin, capture_cuda_graph_end; 0.5.23 init_parallel_begin, load_weight_begin,
+      load_weight_end, capture_prefill_graph_begin, capture_prefill_graph_end, capture_decode_graph_begin,
+      capture_decode_graph_end - and ready.
   returned: when the unit was read
   type: str
 label:

@@ -10,7 +10,7 @@ description:
   - Both states first validate, failing with every problem and "nothing was stopped" - the plan is complete and
     consistent (argv, GPU indices, CUDA_VISIBLE_DEVICES, env, port, topology fingerprint, SGLang version, layout)
     and made for this host's GPUs (O(topology_fingerprint), O(gpu_count)), the env file's lines are NAME="value",
-    the SGLang python exists and is executable, an absolute C(plan.model_path) has a config.json, O(service_user)
+    the plan's SGLang version is the one installed and current (O(sglang_version_file)), the SGLang python exists and is executable, an absolute C(plan.model_path) has a config.json, O(service_user)
     exists, the recorded running plan can be read.
   - Then decide whether the server must be replaced, with the reasons (forced; the unit is not active; the plan
     changed, comparing only O(server_keys); the unit file changed; the env file changed).
@@ -54,6 +54,13 @@ options:
   python:
     description: The SGLang venv python the unit runs (default O(venv_root)/<plan sglang_version>/bin/python).
     type: path
+  sglang_version_file:
+    description:
+      - The SGLang version installed and current on the host, as the sglang role records it (JSON with
+        C(sglang_version)). A plan for another version is refused before anything is stopped; a missing file is
+        not checked (a host provisioned before the record existed).
+    type: path
+    default: /etc/topolaunch/sglang_version.json
   server_keys:
     description: The plan keys that make the server what it is; only these are compared with the running plan.
     type: list
@@ -174,6 +181,7 @@ ARGUMENT_SPEC = {
     "unit_dir": {"type": "path", "default": DEFAULTS["unit_dir"]},
     "venv_root": {"type": "path", "default": DEFAULTS["venv_root"]},
     "python": {"type": "path"},
+    "sglang_version_file": {"type": "path", "default": DEFAULTS["sglang_version_file"]},
     "server_keys": {"type": "list", "elements": "str", "default": DEFAULTS["server_keys"], "no_log": False},
     "topology_fingerprint": {"type": "str"},
     "gpu_count": {"type": "int"},

@@ -257,12 +257,69 @@ def reserve_run(directory, run_id, first_suffix, first_data, create=True):
     raise ResultsError("more than 999 runs with id %s in %s" % (run_id, directory))
 
 
-SECRET_SERVER_ARGS = ("api_key", "admin_api_key")
+SECRET_SERVER_ARGS = ("api_key", "admin_api_key", "ssl_keyfile_password")
+SECRET_FLAGS = {"--" + name.replace("_", "-") for name in SECRET_SERVER_ARGS}
+REDACTED = "<redacted>"
+
+
+def _redact_command(command, values):
+    """0.5.23's launch_command (the launch argv after the --config merge, joined by spaces): the word after a secret
+    flag, the value of `--flag=value`, and any secret value found elsewhere."""
+    if isinstance(command, list):
+        return _redact_command(" ".join(str(w) for w in command), values).split(" ")
+    words = []
+    hide_next = False
+    for word in command.split(" "):
+        flag, eq, _value = word.partition("=")
+        if hide_next:
+            word, hide_next = REDACTED, False
+        elif flag.replace("_", "-") in SECRET_FLAGS:
+            if eq:
+                word = flag + "=" + REDACTED
+            else:
+                hide_next = True
+        words.append(word)
+    return _redact_values(" ".join(words), values)
+
+
+def _redact_values(obj, values):
+    """obj with every secret value replaced wherever it occurs in a string (keys and numbers stay)."""
+    if isinstance(obj, str):
+        for value in values:
+            obj = obj.replace(value, REDACTED)
+        return obj
+    if isinstance(obj, list):
+        return [_redact_values(item, values) for item in obj]
+    if isinstance(obj, dict):
+        return {k: _redact_values(v, values) for k, v in obj.items()}
+    return obj
+
+
+def _holders(info):
+    """The dicts of a server info that carry server args: itself and each internal_states entry."""
+    states = info.get("internal_states")
+    return [info] + [s for s in states if isinstance(s, dict)] if isinstance(states, list) else [info]
+
+
+def _redact_server_info(info):
+    """The server info a client line copies, its secrets replaced: the secret server args at the top and in each
+    internal_states entry (both releases), 0.5.23's launch_command, and any other string holding a secret value.
+    Returns (info, changed)."""
+    values = sorted({str(h[k]) for h in _holders(info) for k in SECRET_SERVER_ARGS if h.get(k)}, key=len,
+                    reverse=True)
+    redacted = _redact_values(info, values)
+    for holder in _holders(redacted):
+        holder.update({k: REDACTED for k in SECRET_SERVER_ARGS if holder.get(k)})
+    if isinstance(redacted.get("launch_command"), (str, list)):
+        redacted["launch_command"] = _redact_command(redacted["launch_command"], values)
+    return redacted, redacted != info
 
 
 def scrub_secrets(lines):
-    """bench_serving copies the server's /server_info, every server arg included, into each line: SGLang 0.5.9
-    returns --api-key there in clear. Replace secret values before anything is stored; other lines stay as they are."""
+    """The benchmark client copies the server's /server_info into each line: both SGLang releases return every
+    server arg there, --api-key in clear, at the top and in each internal_states entry, and 0.5.23 adds
+    launch_command, the launch command line (after the --config merge) with the key in it. Replace the secrets
+    before anything is stored; other lines stay as they are."""
     out = []
     for line in lines.splitlines(keepends=True):
         try:
@@ -271,11 +328,10 @@ def scrub_secrets(lines):
             out.append(line)
             continue
         info = obj.get("server_info") if isinstance(obj, dict) else None
-        if isinstance(info, dict) and any(info.get(k) for k in SECRET_SERVER_ARGS):
-            for k in SECRET_SERVER_ARGS:
-                if info.get(k):
-                    info[k] = "<redacted>"
-            line = json.dumps(obj) + ("\n" if line.endswith("\n") else "")
+        if isinstance(info, dict):
+            obj["server_info"], changed = _redact_server_info(info)
+            if changed:
+                line = json.dumps(obj) + ("\n" if line.endswith("\n") else "")
         out.append(line)
     return "".join(out)
 

@@ -307,14 +307,18 @@ def keyring_packages(out, keyring, ports):
 # Build backend for source installs (the sglang role's git method), so that they too build offline in the lab.
 BUILD_WHEELS = ["setuptools==80.9.0"]
 
-# The REAL SGLang benchmark client per release the lab runs it for: what importing the client module needs
-# (docs/sglang-versions.md, "Bench client": 0.5.9's sglang.bench_serving imports no torch), pinned; transformers
-# as the 0.5.9 wheel pins it (METADATA:270), the others as resolved for Python 3.11 when this list was written.
-# 0.5.23's client imports torch and triton at load: not offline-installable on a lab host, not listed.
-CLIENT_PACKAGES = {
-    "0.5.9": ["aiohttp==3.14.5", "datasets==5.0.1", "ipython==9.18.1", "numpy==2.4.6", "pillow==13.0.0",
-              "pybase64==1.5.1", "pydantic==2.14.4", "requests==2.34.2", "tqdm==4.70.1", "transformers==4.57.1"],
-}
+# The REAL SGLang benchmark client per release that runs it from a venv of its own: the packages its client imports,
+# pinned, as the sglang role installs them (roles/topolaunch/defaults/main.yml, topolaunch_sglang_clients; 0.5.9's
+# sglang.bench_serving imports no torch). 0.5.23's client imports torch and triton at load: it runs from the
+# server's venv (the simulator's client in the lab), not listed there.
+def client_packages():
+    defaults = yaml.safe_load((ROOT / "roles/topolaunch/defaults/main.yml").read_text())
+    return {version: list(client["packages"]) for version, client in defaults["topolaunch_sglang_clients"].items()
+            if client.get("packages")}
+
+
+CLIENT_PACKAGES = client_packages()
+
 # pip download for the lab hosts' interpreter (Debian 12: CPython 3.11, glibc 2.36)
 PLATFORM_ARGS = ["--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
                  "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",

@@ -5,8 +5,8 @@ import json
 import os
 
 __all__ = ["UNIT_NAME", "STATE_DIR", "CURRENT_PLAN", "LAST_GOOD_PLAN", "ENV_FILE", "UNIT_DIR", "VENV_ROOT",
-           "SERVICE_USER", "SERVICE_GROUP", "TOOLS_PYTHON", "SERVER_KEYS", "sglang_python", "state_file",
-           "server_view"]
+           "SGLANG_VERSION_FILE", "SERVICE_USER", "SERVICE_GROUP", "TOOLS_PYTHON", "SERVER_KEYS", "sglang_python",
+           "state_file", "server_view", "base_version"]
 
 UNIT_NAME = "topolaunch-sglang.service"
 STATE_DIR = "/var/lib/topolaunch"
@@ -15,6 +15,9 @@ LAST_GOOD_PLAN = "last_good_plan.json"      # the plan health last verified (the
 ENV_FILE = "/etc/topolaunch/sglang.env"
 UNIT_DIR = "/etc/systemd/system"
 VENV_ROOT = "/opt/sglang/venvs"             # one SGLang venv per version: <root>/<version>
+# The SGLang version installed and current (JSON {sglang_version, package_version, venv}; root 0644): written by the
+# sglang role when /opt/sglang/current moves, read by the validate step.
+SGLANG_VERSION_FILE = "/etc/topolaunch/sglang_version.json"
 SERVICE_USER = "sglang"
 SERVICE_GROUP = "sglang"
 TOOLS_PYTHON = "/opt/topolaunch/tools/bin/python"
@@ -26,6 +29,11 @@ SERVER_KEYS = ["layout", "gpu_indices", "cuda_visible_devices", "env", "argv", "
 def sglang_python(version, venv_root=VENV_ROOT):
     """The SGLang venv's python on the target for an SGLang version."""
     return os.path.join(venv_root, str(version), "bin", "python")
+
+
+def base_version(version):
+    """The release a version string names: a local label is dropped (0.5.9+sim -> 0.5.9)."""
+    return str(version).strip().split("+", 1)[0]
 
 
 def state_file(state_dir, name):

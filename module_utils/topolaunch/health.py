@@ -4,7 +4,9 @@
 seconds and returns as soon as something worth printing happened:
 
 - `ready`: the port accepts connections and the journal of this start has SGLang's ready line;
-- `progress`: a new milestone was reached (Load weight begin/end, Capture cuda graph begin/end);
+- `progress`: a new milestone was reached, in the words of the SGLang version the plan runs (0.5.9: Init torch
+  distributed begin, Load weight begin/end, Capture cuda graph begin/end; 0.5.23: Init parallel begin, Load weight
+  begin/end, Capture target prefill CUDA graph begin/end, Capture target decode CUDA graph begin/end);
 - `waiting`: the chunk ran out with nothing new (the caller prints a heartbeat and calls again);
 - a dead start (the unit inactive, failed, waiting to be restarted by systemd, or restarted already) raises
   HealthError at once, with the journal lines of this start that carry the error. A restart that happened before
@@ -33,23 +35,39 @@ import time
 import urllib.error
 import urllib.request
 
-from .constants import server_view
+from .constants import base_version, server_view
 from .system import file_differs, journal, run as _run, show, write_atomic
 
-__all__ = ["HealthError", "MILESTONES", "milestone", "error_lines", "port_open", "wait_chunk",
-           "read_plan", "read_last_good", "http_request", "verify", "record_last_good", "check"]
+__all__ = ["HealthError", "MILESTONES", "milestones", "milestone", "label", "error_lines", "port_open",
+           "wait_chunk", "read_plan", "read_last_good", "http_request", "verify", "record_last_good", "check"]
 
-# (key, words in SGLang's log line) in the order a start reaches them.
-MILESTONES = [
-    ("load_weight_begin", "Load weight begin"),
-    ("load_weight_end", "Load weight end"),
-    ("capture_cuda_graph_begin", "Capture cuda graph begin"),
-    ("capture_cuda_graph_end", "Capture cuda graph end"),
-    ("ready", "The server is fired up and ready to roll!"),
-]
+# Per SGLang release: (key, words in SGLang's log line) in the order a start reaches them (docs/sglang-versions.md,
+# "Launch, log lines"). 0.5.9: model_runner.py:731, 899, 1041, 2146, 2160; http_server.py:1836. 0.5.23:
+# distributed/bootstrap.py:115; model_runner.py:1274, 1372; model_runner_components/cuda_graph_setup.py:684, 697
+# (the prefill graph, captured first), 757, 787 (decode: the last one); http_server.py:2600.
+MILESTONES = {
+    "0.5.9": [
+        ("init_distributed_begin", "Init torch distributed begin."),
+        ("load_weight_begin", "Load weight begin"),
+        ("load_weight_end", "Load weight end"),
+        ("capture_cuda_graph_begin", "Capture cuda graph begin"),
+        ("capture_cuda_graph_end", "Capture cuda graph end"),
+        ("ready", "The server is fired up and ready to roll!"),
+    ],
+    "0.5.23": [
+        ("init_parallel_begin", "Init parallel begin."),
+        ("load_weight_begin", "Load weight begin"),
+        ("load_weight_end", "Load weight end"),
+        ("capture_prefill_graph_begin", "Capture target prefill CUDA graph begin"),
+        ("capture_prefill_graph_end", "Capture target prefill CUDA graph end"),
+        ("capture_decode_graph_begin", "Capture target decode CUDA graph begin"),
+        ("capture_decode_graph_end", "Capture target decode CUDA graph end"),
+        ("ready", "The server is fired up and ready to roll!"),
+    ],
+}
 # Seconds after a start during which the wait looks quick_poll_s apart (see wait_chunk).
 QUICK_START_S = 10
-LABELS = dict(MILESTONES, started="started (no milestone yet)")
+STARTED = "started (no milestone yet)"
 ERROR_RE = re.compile(r"Error|Traceback|OutOfMemory|out of memory|Exception|CUDA error|Killed|"
                       r"Main process exited|Failed with result|status=\d+/", re.IGNORECASE)
 SHOW_PROPS = ["LoadState", "ActiveState", "SubState", "Result", "NRestarts", "InvocationID", "ExecMainStatus",
@@ -64,14 +82,31 @@ class HealthError(Exception):
         self.result = result or {}
 
 
-def milestone(lines):
-    """The last milestone key found in log lines, or 'started'."""
+def milestones(version=None):
+    """The milestones of an SGLang version (a local label such as +sim ignored); for a release without a table of
+    its own, every known release's (a start logs only its own release's lines)."""
+    table = MILESTONES.get(base_version(version or ""))
+    if table is None:
+        table = []
+        for rows in MILESTONES.values():
+            table.extend(row for row in rows if row not in table)
+    return table
+
+
+def milestone(lines, version=None):
+    """The milestone key of the last log line that is one (of that SGLang version), or 'started'."""
+    table = milestones(version)
     reached = "started"
     for line in lines:
-        for key, words in MILESTONES:
+        for key, words in table:
             if words in line:
                 reached = key
     return reached
+
+
+def label(key, version=None):
+    """A milestone key in SGLang's words."""
+    return dict(milestones(version)).get(key, STARTED)
 
 
 def error_lines(lines, limit=20):
@@ -132,8 +167,10 @@ def _since_start(state, clock):
 
 
 def wait_chunk(unit, host, port, invocation_id=None, known="started", chunk_s=20.0, startup_timeout=0,
-               poll_s=0.5, quick_poll_s=0.1, journal_lines=50, run=_run, clock=time.monotonic, sleep=time.sleep):
+               poll_s=0.5, quick_poll_s=0.1, journal_lines=50, run=_run, clock=time.monotonic, sleep=time.sleep,
+               version=None):
     """Watch the unit for up to chunk_s; return {state, milestone, label, invocation_id, port_open, since_start_s}.
+    `version`: the SGLang version the unit runs, whose log lines are the milestones.
 
     Looks every quick_poll_s during the first QUICK_START_S seconds of the start and once the port is open (a
     server that starts fast, or is about to be ready, is caught at once), every poll_s during a long load.
@@ -147,8 +184,8 @@ def wait_chunk(unit, host, port, invocation_id=None, known="started", chunk_s=20
         if invocation_id is None:
             invocation_id = state.get("InvocationID") or None
         lines = journal(unit, 400, run, HealthError, invocation_id)
-        reached = milestone(lines)
-        result = {"milestone": reached, "label": LABELS[reached], "invocation_id": invocation_id,
+        reached = milestone(lines, version)
+        result = {"milestone": reached, "label": label(reached, version), "invocation_id": invocation_id,
                   "active_state": state.get("ActiveState"), "port_open": False,
                   "since_start_s": _since_start(state, clock), "looks": looks}
         why = _dead_reason(state, invocation_id)
@@ -157,7 +194,7 @@ def wait_chunk(unit, host, port, invocation_id=None, known="started", chunk_s=20
             result.update(state="dead", error_lines=errors, last_lines=lines[-journal_lines:])
             raise HealthError(
                 "%s died while starting: %s. Last milestone: %s. Log lines with the error (journalctl -u %s):\n%s"
-                % (unit, why, LABELS[reached], unit, "\n".join(errors or lines[-15:]) or "(no log lines)"), result)
+                % (unit, why, result["label"], unit, "\n".join(errors or lines[-15:]) or "(no log lines)"), result)
         result["port_open"] = port_open(host, port)
         if result["port_open"] and reached == "ready":
             result["state"] = "ready"
@@ -170,7 +207,7 @@ def wait_chunk(unit, host, port, invocation_id=None, known="started", chunk_s=20
             raise HealthError(
                 "%s is not ready %s s after its start (timeout %s s): last milestone: %s; port %s %s. "
                 "Last log lines (journalctl -u %s):\n%s"
-                % (unit, result["since_start_s"], startup_timeout, LABELS[reached], port,
+                % (unit, result["since_start_s"], startup_timeout, result["label"], port,
                    "open" if result["port_open"] else "still closed", unit, "\n".join(lines[-15:]) or "(no log lines)"),
                 result)
         if clock() >= deadline:
@@ -340,7 +377,8 @@ def check(unit, plan_path, last_good_path, invocation_id=None, known="started", 
             return _serving(unit, plan, last_good_path, http, http_timeout, run, clock, sleep)
         result = wait_chunk(unit, plan.get("host") or "127.0.0.1", plan["port"], invocation_id=invocation_id,
                             known=known, chunk_s=chunk_s, startup_timeout=startup_timeout,
-                            journal_lines=journal_lines, run=run, clock=clock, sleep=sleep)
+                            journal_lines=journal_lines, run=run, clock=clock, sleep=sleep,
+                            version=plan.get("sglang_version"))
         result["plan"] = plan
         result["already_serving"] = (invocation_id is None and known == "started" and result["state"] == "ready"
                                      and result["looks"] == 1)
@@ -362,7 +400,7 @@ def _serving(unit, plan, last_good_path, http, http_timeout, run, clock, sleep):
     """Mode serving: ready now, /health 200 now, and health passed for this very server."""
     try:
         result = wait_chunk(unit, plan.get("host") or "127.0.0.1", plan["port"], chunk_s=0, run=run, clock=clock,
-                            sleep=sleep)
+                            sleep=sleep, version=plan.get("sglang_version"))
     except HealthError as exc:
         raise HealthError("The server is not serving: %s" % exc, exc.result) from None
     if result["state"] != "ready":

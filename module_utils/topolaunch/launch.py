@@ -5,7 +5,8 @@
 - `checked` is the validate step: it reads only, and runs on every server before anything is stopped anywhere:
   1. `validate()`: the plan itself (complete and consistent: argv, GPUs, CUDA_VISIBLE_DEVICES, env, port,
      fingerprint, version, layout), the plan made for this host's GPUs (`topology_fingerprint`, `gpu_count` when
-     the caller knows them), the rendered env file's lines, the SGLang python, an absolute `plan.model_path` with
+     the caller knows them), the rendered env file's lines, the plan's SGLang version against the one installed
+     and current (the sglang role's record), the SGLang python, an absolute `plan.model_path` with
      a config.json, the service user, the plan the unit runs now (`<state_dir>/current_plan.json`) readable. Every
      problem is reported at once, with "nothing was stopped";
   2. the decision whether the server must be replaced, with its reasons: forced; the unit is not active; the plan
@@ -32,11 +33,11 @@ import pwd
 import re
 
 from .constants import ENV_FILE, SERVER_KEYS, SERVICE_USER, STATE_DIR, UNIT_DIR, UNIT_NAME, CURRENT_PLAN, VENV_ROOT
-from .constants import server_view, sglang_python, state_file
+from .constants import SGLANG_VERSION_FILE, base_version, server_view, sglang_python, state_file
 from .system import file_differs, journal, run as _run, show, write_atomic
 
 __all__ = ["ServiceError", "service", "validate", "plan_problems", "decide", "server_view", "env_values",
-           "plan_text", "DEFAULTS", "SHOW_PROPS"]
+           "plan_text", "installed_version", "DEFAULTS", "SHOW_PROPS"]
 
 DEFAULTS = {
     "unit_name": UNIT_NAME,
@@ -47,6 +48,7 @@ DEFAULTS = {
     "state_dir": STATE_DIR,
     "unit_dir": UNIT_DIR,
     "venv_root": VENV_ROOT,
+    "sglang_version_file": SGLANG_VERSION_FILE,
     "python": None,
     "service_user": SERVICE_USER,
     "server_keys": SERVER_KEYS,
@@ -200,14 +202,33 @@ def plan_problems(plan, fingerprint=None, gpu_count=None):
     return problems
 
 
+def installed_version(path):
+    """The SGLang release installed and current on this host, as the sglang role recorded it in `path`
+    ({"sglang_version": ...}); None when nothing was recorded (a host provisioned before the record existed).
+    Raises ServiceError when the record cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ServiceError("Cannot read the installed SGLang version, %s: %s. Run the provision stage (--tags "
+                           "provision), which writes it again; %s." % (path, exc, NOTHING_STOPPED)) from None
+    version = record.get("sglang_version") if isinstance(record, dict) else None
+    if not isinstance(version, str) or not version.strip():
+        raise ServiceError("The installed SGLang version record %s has no sglang_version. Run the provision stage "
+                           "(--tags provision), which writes it again; %s." % (path, NOTHING_STOPPED))
+    return base_version(version)
+
+
 def validate(o):
     """Everything checked before anything is stopped; raises ServiceError naming every problem.
 
-    The plan, the rendered env file, the SGLang python, the model directory, the service user. One remote call
-    carries all of it, so that a plan that cannot start never costs the running server. Checks still to come
-    belong here too: the SGLang version installed in the venv (issue 13: read it from the venv and compare with
-    plan.sglang_version) and the rendered unit checked with `systemd-analyze verify` on a temporary copy (issue
-    14)."""
+    The plan, the rendered env file, the SGLang version the plan is for against the one installed and current
+    (the sglang role's record, `sglang_version_file`), the SGLang python, the model directory, the service user.
+    One remote call carries all of it, so that a plan that cannot start never costs the running server. A check
+    still to come belongs here too: the rendered unit checked with `systemd-analyze verify` on a temporary copy
+    (issue 14)."""
     plan = o["plan"]
     problems = ["the plan: " + p for p in plan_problems(plan, o["topology_fingerprint"], o["gpu_count"])]
     for number, line in enumerate(o["env_content"].splitlines(), 1):
@@ -216,6 +237,14 @@ def validate(o):
                             "launch_extra_env?)" % number)
     if problems:
         raise ServiceError("Cannot launch: %s. Re-run the plan stage; %s." % ("; ".join(problems), NOTHING_STOPPED))
+    installed = installed_version(o["sglang_version_file"])
+    wanted = base_version(plan["sglang_version"])
+    if installed is not None and installed != wanted:
+        raise ServiceError(
+            "Cannot launch: the plan is for SGLang %s but this host has SGLang %s installed and current (%s). "
+            "Install %s first (topolaunch_sglang_version: %s, then --tags provision,relaunch), or plan again for %s "
+            "(--tags relaunch); %s." % (wanted, installed, o["sglang_version_file"], wanted, wanted, installed,
+                                        NOTHING_STOPPED))
     python = o["python"]
     if not python or not os.path.isfile(python) or not os.access(python, os.X_OK):
         raise ServiceError(

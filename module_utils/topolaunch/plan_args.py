@@ -10,6 +10,7 @@ import json
 import re
 
 from . import sglang_flags_0_5_9, sglang_flags_0_5_23
+from .constants import base_version
 
 _MODULES = (sglang_flags_0_5_9, sglang_flags_0_5_23)
 
@@ -50,11 +51,6 @@ RENAMED = {
         "enable_expert_distribution_metrics": "expert_balancedness_report_mode",
     },
 }
-
-
-def base_version(version):
-    """The release a version string names: a local label is dropped (0.5.9+sim -> 0.5.9)."""
-    return str(version).strip().split("+", 1)[0]
 
 
 def _version_key(version):

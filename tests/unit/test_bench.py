@@ -352,3 +352,55 @@ def test_the_api_key_bench_serving_copies_from_server_info_is_not_stored(tmp_pat
     first, second = stored.splitlines()
     assert json.loads(first)["server_info"]["api_key"] == "<redacted>" and second == "not json"
     assert json.loads(first)["server_info"]["tp_size"] == 8
+
+
+# A 0.5.23 client line's server_info as the server answers /server_info (523:sglang/srt/utils/common.py:3584-3593,
+# 523:http_server.py:853-895): the resolved fields, launch_command (the argv after the --config merge: the config
+# file's options first, joined by spaces; 523:server_args.py:717-719), internal_states with the fields again.
+def server_info_0_5_23(key):
+    fields = {"model_path": "/srv/models/glm-5-nvfp4", "tp_size": 8, "pp_size": 1, "api_key": key,
+              "admin_api_key": None, "ssl_keyfile_password": "pem-pass-77", "watermark_config": None}
+    return dict(fields, launch_command=(
+        "--api-key %s --ssl-keyfile-password=pem-pass-77 --model-path /srv/models/glm-5-nvfp4 --tp-size 8 "
+        "--host 127.0.0.1 --port 30000 --config /etc/topolaunch/sglang-args.yaml" % key),
+        status="ready", max_total_num_tokens=1200000, kv_events=None, startup_time=12.5,
+        internal_states=[dict(fields, last_gen_throughput=812.5, memory_usage={"weight": 51.5})],
+        version="0.5.23", frontend="python")
+
+
+@pytest.mark.parametrize("info", [
+    server_info_0_5_23("sk-secret-123"),
+    # 0.5.9: asdict(server_args) + internal_states + version, the key in both (59:http_server.py:583-610)
+    dict(SERVER_INFO_REAL, api_key="sk-secret-123", internal_states=[dict(SERVER_INFO_REAL, api_key="sk-secret-123")]),
+])
+def test_every_copy_of_the_api_key_in_a_client_line_is_redacted(tmp_path, info):
+    """Top level, each internal_states entry and 0.5.23's launch_command: nothing of the key (or the TLS key's
+    password) is stored; everything else is as the client wrote it."""
+    line = bench_line(concurrency=1, completed=8, server_info=info)
+    out = results.record_run(str(tmp_path), "glm-5-nvfp4", "a1b2c3d4e5f6", "tp8", "2026-11-30T10:15:02Z",
+                             [{"max_concurrency": 1, "num_prompts": 8}], line + "\n")
+    stored = (tmp_path / "glm-5-nvfp4" / "a1b2c3d4e5f6" / "tp8" / (out["run_id"] + ".jsonl")).read_text()
+    assert "sk-secret-123" not in stored and "pem-pass-77" not in stored
+    got = json.loads(stored)["server_info"]
+    assert got["api_key"] == got["internal_states"][0]["api_key"] == "<redacted>"
+    if "launch_command" in info:
+        assert got["launch_command"] == (
+            "--api-key <redacted> --ssl-keyfile-password=<redacted> --model-path /srv/models/glm-5-nvfp4 "
+            "--tp-size 8 --host 127.0.0.1 --port 30000 --config /etc/topolaunch/sglang-args.yaml")
+        assert got["ssl_keyfile_password"] == "<redacted>" and got["admin_api_key"] is None
+    expected = json.loads(line)
+    for key in ("api_key", "ssl_keyfile_password", "launch_command", "internal_states"):
+        expected["server_info"].pop(key, None)
+        got.pop(key, None)
+    assert dict(json.loads(stored), server_info=got) == expected
+    assert out["points"][0]["status"] == "ok"
+
+
+def test_a_key_only_in_the_launch_command_is_redacted_too():
+    """A key in launch_command alone (any spelling of the flag) goes as well; a line without secrets is untouched."""
+    info = {"launch_command": "--model-path /m --api_key=abc123 --admin-api-key root-k3y", "version": "0.5.23"}
+    line = bench_line(server_info=info) + "\n"
+    got = json.loads(results.scrub_secrets(line))["server_info"]["launch_command"]
+    assert got == "--model-path /m --api_key=<redacted> --admin-api-key <redacted>"
+    clean = bench_line(server_info=dict(info, launch_command="--model-path /m --tp-size 8")) + "\n"
+    assert results.scrub_secrets(clean) == clean

@@ -101,6 +101,85 @@ def test_milestones_in_order_and_errors_filtered():
     assert parse_show("ActiveState=active\nInvocationID=x=y\n") == {"ActiveState": "active", "InvocationID": "x=y"}
 
 
+# A TP8 start of each release, every line as that release's source writes it (the f-strings at the places health.py
+# names, filled in with a GLM-5-NVFP4 load); the server_args= line shortened.
+LOG_0_5_9 = [
+    "[2026-11-30 01:00:00] server_args=ServerArgs(model_path='/srv/models/glm-5-nvfp4', tp_size=8, ...)",
+    "[2026-11-30 01:00:01 TP0] Init torch distributed begin.",
+    "[2026-11-30 01:00:03 TP0] Init torch distributed ends. elapsed=2.10 s, mem usage=0.62 GB",
+    "[2026-11-30 01:00:03 TP0] Load weight begin. avail mem=93.10 GB",
+    "[2026-11-30 01:03:40 TP0] Load weight end. elapsed=217.31 s, type=GlmMoeDsaForCausalLM, dtype=torch.bfloat16, "
+    "avail mem=41.55 GB, mem usage=51.55 GB.",
+    "[2026-11-30 01:03:52 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=12.20 GB",
+    "[2026-11-30 01:07:10 TP0] Capture cuda graph end. Time elapsed: 198.04 s. mem usage=1.71 GB. avail mem=10.49 GB.",
+    "[2026-11-30 01:07:14] The server is fired up and ready to roll!",
+]
+LOG_0_5_23 = [
+    "[2026-11-30 01:00:00] server_args=ServerArgs(model_path='/srv/models/glm-5-nvfp4', tp_size=8, ...)",
+    "[2026-11-30 01:00:01 TP0] Init parallel begin.",
+    "[2026-11-30 01:00:03 TP0] Init parallel ends. elapsed=2.31 s",
+    "[2026-11-30 01:00:03 TP0] Memory baseline taken. mem usage=0.62 GB",
+    "[2026-11-30 01:00:03 TP0] Load weight begin. avail mem=93.10 GB",
+    "[2026-11-30 01:03:40 TP0] Load weight end. elapsed=217.31 s, type=GlmMoeDsaForCausalLM, quant=modelopt_fp4, "
+    "quant_algo=NVFP4, avail mem=41.55 GB, mem usage=51.55 GB.",
+    "[2026-11-30 01:03:52 TP0] Capture target prefill CUDA graph begin. backend=breakable, "
+    "num_tokens=[8, 16, 32, 64, 128, 256, 512], avail mem=12.20 GB",
+    "[2026-11-30 01:04:31 TP0] Capture target prefill CUDA graph end. elapsed=39.12 s, mem usage=0.92 GB, "
+    "avail mem=11.28 GB.",
+    "[2026-11-30 01:04:31 TP0] Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, "
+    "avail mem=11.28 GB",
+    "[2026-11-30 01:07:10 TP0] Capture target decode CUDA graph end. bs=[1, 2, 4, 8, 16, 24, 32], elapsed=158.92 s, "
+    "mem usage=1.71 GB, avail mem=9.57 GB.",
+    "[2026-11-30 01:07:14] The server is fired up and ready to roll!",
+]
+
+
+@pytest.mark.parametrize("version, log, expected", [
+    ("0.5.9", LOG_0_5_9, [None, "init_distributed_begin", None, "load_weight_begin", "load_weight_end",
+                          "capture_cuda_graph_begin", "capture_cuda_graph_end", "ready"]),
+    ("0.5.23+sim", LOG_0_5_23, [None, "init_parallel_begin", None, None, "load_weight_begin", "load_weight_end",
+                                "capture_prefill_graph_begin", "capture_prefill_graph_end",
+                                "capture_decode_graph_begin", "capture_decode_graph_end", "ready"]),
+])
+def test_each_versions_milestones_from_its_real_log_lines(version, log, expected):
+    """Line by line, the milestone reached is the version's own; its label is the words of that line."""
+    reached = "started"
+    for n, line in enumerate(log):
+        now = milestone(log[:n + 1], version)
+        reached = expected[n] or reached
+        assert now == reached, line
+        if expected[n]:
+            assert module_health.label(now, version) in line
+    assert [k for k, _ in module_health.milestones(version)] == [k for k in expected if k]
+
+
+def test_a_version_reads_only_its_own_lines_and_an_unknown_one_reads_all():
+    """0.5.9's capture line is not a 0.5.23 milestone (nor the reverse); a release without a table (a newer one, a
+    git build) is followed with every known release's lines."""
+    assert milestone(LOG_0_5_9[:6], "0.5.23") == "load_weight_end"
+    assert milestone(LOG_0_5_23[:7], "0.5.9") == "load_weight_end"
+    assert milestone(LOG_0_5_23[:9], "0.5.24") == "capture_decode_graph_begin"
+    assert milestone(LOG_0_5_9[:6], None) == "capture_cuda_graph_begin"
+    assert module_health.label("started", "0.5.23") == "started (no milestone yet)"
+
+
+def test_a_0_5_23_start_is_followed_through_both_graphs(open_port):
+    """The health call follows the plan's version: a chunk returns at each 0.5.23 milestone, in its words."""
+    clock = Clock()
+    unit = Unit([(active(), LOG_0_5_23[:7]), (active(), LOG_0_5_23[:8]), (active(), LOG_0_5_23[:9]),
+                 (active(), LOG_0_5_23)])
+    seen = []
+    known = "load_weight_end"
+    while True:
+        res = _wait(unit, open_port, clock, known=known, invocation_id="abc123", version="0.5.23")
+        seen.append(res["label"])
+        if res["state"] == "ready":
+            break
+        known = res["milestone"]
+    assert seen == ["Capture target prefill CUDA graph begin", "Capture target prefill CUDA graph end",
+                    "Capture target decode CUDA graph begin", "The server is fired up and ready to roll!"]
+
+
 def test_port_open_sees_a_listener(open_port, closed_port):
     assert port_open("127.0.0.1", open_port)
     assert port_open("0.0.0.0", open_port)                    # a wildcard listen address is reached via loopback

@@ -97,7 +97,8 @@ def opts(tmp, state="started", **kw):
     o = {"unit_name": UNIT, "plan": plan(model_path=str(tmp / "m")), "unit_content": "[Service]\nExecStart=/x\n",
          "env_content": ENV, "env_file": str(tmp / "etc" / "sglang.env"), "state_dir": str(tmp / "state"),
          "unit_dir": str(tmp / "systemd"), "python": str(tmp / "venv" / "bin" / "python"), "service_user": ME,
-         "force": False, "enabled": True, "state": state}
+         "sglang_version_file": str(tmp / "etc" / "sglang_version.json"), "force": False, "enabled": True,
+         "state": state}
     o.update(kw)
     return o
 
@@ -510,3 +511,47 @@ def test_a_kept_server_keeps_its_recorded_plan(host):
     res = call(host, sd, plan=plan(model_path=str(host / "m"), reason="measured results decide", source="measured"))
     assert res["replace"] is False and res["changed"] is False and res["written"] == [] and sd.verbs() == []
     assert (host / "state" / "current_plan.json").read_text() == recorded
+
+
+# ------------------------------------------------------------------------------------- the installed version
+
+def record_version(host, content):
+    (host / "etc").mkdir(exist_ok=True)
+    (host / "etc" / "sglang_version.json").write_text(content)
+
+
+@pytest.mark.parametrize("state", ["checked", "started"])
+def test_a_plan_for_another_sglang_version_than_the_installed_one_is_refused(host, state):
+    """The sglang role records the installed, current version; a plan for another one never stops the server."""
+    record_version(host, json.dumps({"sglang_version": "0.5.23", "package_version": "0.5.23+sim",
+                                     "venv": "/opt/sglang/venvs/0.5.23"}))
+    sd = Systemd(host)
+    with pytest.raises(ServiceError) as exc:
+        call(host, sd, state=state)
+    assert str(exc.value) == (
+        "Cannot launch: the plan is for SGLang 0.5.9 but this host has SGLang 0.5.23 installed and current (%s). "
+        "Install 0.5.9 first (topolaunch_sglang_version: 0.5.9, then --tags provision,relaunch), or plan again for "
+        "0.5.23 (--tags relaunch); nothing was stopped." % (host / "etc" / "sglang_version.json"))
+    assert sd.calls == [] and not (host / "state").exists()
+
+
+def test_the_installed_version_is_compared_as_a_release(host):
+    """A local label (the lab's 0.5.9+sim) is its release; no record (a host provisioned before it) is no check."""
+    assert call(host, Systemd(host), state="checked")["replace"]
+    record_version(host, '{"sglang_version": "0.5.9"}')
+    assert call(host, Systemd(host), state="checked", plan=plan(model_path=str(host / "m"),
+                                                                 sglang_version="0.5.9+sim"))["replace"]
+
+
+@pytest.mark.parametrize("content, words", [
+    ("{not json", "Cannot read the installed SGLang version, {rec}: "),
+    ('{"sglang_version": ""}', "The installed SGLang version record {rec} has no sglang_version."),
+    ("[1]", "The installed SGLang version record {rec} has no sglang_version."),
+])
+def test_an_unreadable_version_record_fails_naming_it(host, content, words):
+    record_version(host, content)
+    with pytest.raises(ServiceError) as exc:
+        call(host, Systemd(host), state="checked")
+    assert words.format(rec=host / "etc" / "sglang_version.json") in str(exc.value)
+    assert str(exc.value).endswith("Run the provision stage (--tags provision), which writes it again; nothing was "
+                                   "stopped.")

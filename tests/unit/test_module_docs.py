@@ -55,4 +55,5 @@ def test_shared_names_are_the_same_everywhere():
     assert constants.SERVICE_GROUP == role["topolaunch_service_group"]
     assert constants.ENV_FILE == role["topolaunch_env_file"]
     assert constants.VENV_ROOT == role["topolaunch_venv_root"]
+    assert constants.SGLANG_VERSION_FILE == role["topolaunch_sglang_version_file"]
     assert constants.TOOLS_PYTHON == role["topolaunch_tools_venv"] + "/bin/python"
