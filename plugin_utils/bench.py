@@ -257,12 +257,39 @@ def reserve_run(directory, run_id, first_suffix, first_data, create=True):
     raise ResultsError("more than 999 runs with id %s in %s" % (run_id, directory))
 
 
-SECRET_SERVER_ARGS = ("api_key", "admin_api_key")
+SECRET_SERVER_ARGS = ("api_key", "admin_api_key", "ssl_keyfile_password")
+SECRET_FLAGS = tuple("--" + k.replace("_", "-") for k in SECRET_SERVER_ARGS)
+
+
+def _scrub_args(args):
+    """Secret server args of one dict (in place); True when one was there."""
+    found = False
+    for k in SECRET_SERVER_ARGS:
+        if args.get(k):
+            args[k] = "<redacted>"
+            found = True
+    return found
+
+
+def _scrub_command(argv):
+    """A launch command (0.5.23's launch_command) with the values of secret flags replaced."""
+    out, hide = [], False
+    for a in argv:
+        if hide:
+            out.append("<redacted>")
+            hide = False
+        elif isinstance(a, str) and a.split("=", 1)[0] in SECRET_FLAGS:
+            out.append(a.split("=", 1)[0] + "=<redacted>" if "=" in a else a)
+            hide = "=" not in a
+        else:
+            out.append(a)
+    return out
 
 
 def scrub_secrets(lines):
-    """bench_serving copies the server's /server_info, every server arg included, into each line: SGLang 0.5.9
-    returns --api-key there in clear. Replace secret values before anything is stored; other lines stay as they are."""
+    """bench_serving copies the server's /server_info, every server arg included, into each line: SGLang returns
+    --api-key there in clear, in its internal_states too, and 0.5.23 its launch_command. Replace secret values before
+    anything is stored (the bench role redacts the key on the host as well); other lines stay as they are."""
     out = []
     for line in lines.splitlines(keepends=True):
         try:
@@ -271,11 +298,16 @@ def scrub_secrets(lines):
             out.append(line)
             continue
         info = obj.get("server_info") if isinstance(obj, dict) else None
-        if isinstance(info, dict) and any(info.get(k) for k in SECRET_SERVER_ARGS):
-            for k in SECRET_SERVER_ARGS:
-                if info.get(k):
-                    info[k] = "<redacted>"
-            line = json.dumps(obj) + ("\n" if line.endswith("\n") else "")
+        if isinstance(info, dict):
+            found = _scrub_args(info)
+            for state in info.get("internal_states") or []:
+                if isinstance(state, dict) and _scrub_args(state):
+                    found = True
+            command = info.get("launch_command")
+            if isinstance(command, list) and _scrub_command(command) != command:
+                info["launch_command"], found = _scrub_command(command), True
+            if found:
+                line = json.dumps(obj) + ("\n" if line.endswith("\n") else "")
         out.append(line)
     return "".join(out)
 
