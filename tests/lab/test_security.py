@@ -306,3 +306,70 @@ def test_hidepid_hides_the_servers_processes_from_other_users(host, secret_run):
         assert rc == 0 and re.search(r"%s\s+: ok=\d+\s+changed=0 " % HOST, out), out[-2000:]
     finally:
         host.ssh("sed -i '/^proc \\/proc proc/d' /etc/fstab; mount -o remount,hidepid=off /proc")
+
+
+# A stand-in huggingface_hub for the download task: it records who ran it, a digest of the token it got and how the
+# token's file was kept (never the token itself), and takes a moment, so that the sampler sees it running.
+FAKE_HUB = r'''
+import hashlib, json, os, sys, time
+__version__ = "0.0+lab"
+def snapshot_download(repo_id, revision, local_dir, token=None):
+    st = os.stat(sys.argv[4])
+    time.sleep(1)
+    with open(os.path.join(local_dir, "download.json"), "w") as f:
+        json.dump({"repo_id": repo_id, "revision": revision, "uid": os.getuid(), "token_file": sys.argv[4],
+                   "token_file_mode": oct(st.st_mode & 0o777), "token_file_uid": st.st_uid,
+                   "token_sha256": hashlib.sha256((token or "").encode()).hexdigest()}, f)
+    return local_dir
+'''
+DOWNLOAD_PLAY = """
+- name: Download a snapshot the way provisioning does (root by sudo, the download as the service user)
+  hosts: all
+  become: true
+  gather_facts: false
+  tasks:
+    - name: Run the model_weights download tasks
+      ansible.builtin.include_role:
+        name: topolaunch.sglang.model_weights
+        tasks_from: download
+      vars:
+        model_weights_source: hf
+        model_weights_hf_python: /usr/local/bin/fakehub-python
+        model_weights_hf_repo_id: topolaunch-lab/gated-model
+        model_weights_hf_revision: 0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e
+        model_weights_hf_poll_seconds: 1
+        topolaunch_model_path: /srv/models/hf-download
+        _model_weights_download_bytes: 1000
+"""
+
+
+def test_the_hf_download_gets_the_token_in_a_private_file(host, tmp_path):
+    """model_weights' download: the token reaches huggingface_hub through a 0600 file of the download user (the
+    service user, not root), never a command line, the connection's environment or the -vvv output; the file is
+    gone afterwards. (The lab's SGLang venv has no huggingface_hub: a stand-in takes its place.)"""
+    import hashlib  # pylint: disable=import-outside-toplevel
+    host.ssh("mkdir -p /opt/fakehub/huggingface_hub && cat > /opt/fakehub/huggingface_hub/__init__.py",
+             stdin=FAKE_HUB)
+    host.ssh("printf '#!/bin/sh\\nPYTHONPATH=/opt/fakehub exec python3 \"$@\"\\n' > /usr/local/bin/fakehub-python"
+             " && chmod 755 /usr/local/bin/fakehub-python && rm -rf /srv/models/hf-download"
+             " && install -d -o sglang -m 0755 /srv/models/hf-download")
+    playbook = tmp_path / "download.yml"
+    playbook.write_text(DOWNLOAD_PLAY)
+    secrets = host.extra(tmp_path, "vault.json", {"model_weights_hf_token": HF_TOKEN})
+    host.ssh("rm -f /tmp/samples.txt /tmp/sampler.stop")
+    host.ssh("runuser -u nobody -- setsid python3 -c %s >/dev/null 2>&1 < /dev/null &" % shlex.quote(SAMPLER))
+    try:
+        rc, out = host.play("-e", secrets, "-vvv", playbook=str(playbook))
+    finally:
+        host.ssh("touch /tmp/sampler.stop")
+    assert rc == 0, out[-6000:]
+    samples = host.ssh("sleep 0.3; cat /tmp/samples.txt")
+    assert HF_TOKEN not in out and HF_TOKEN not in samples
+    assert "from huggingface_hub import snapshot_download" in samples   # the sampler saw the download run
+    got = json.loads(host.ssh("cat /srv/models/hf-download/download.json"))
+    sglang_uid = int(host.ssh("id -u sglang"))
+    assert got["token_sha256"] == hashlib.sha256(HF_TOKEN.encode()).hexdigest()
+    assert got["uid"] == sglang_uid and got["token_file_uid"] == sglang_uid and got["token_file_mode"] == "0o600"
+    assert got["token_file"] in out                                   # named on the command line: its path only
+    assert host.ssh("test -e %s && echo left || true" % shlex.quote(got["token_file"])).strip() == ""
+    assert "topolaunch-lab/gated-model@" in host.ssh("cat /srv/models/hf-download/.topolaunch-snapshot")
