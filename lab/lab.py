@@ -42,6 +42,9 @@ REPO_DIR = os.path.join(ROOT, "build", "repo")
 CACHE_DIR = os.environ.get("TOPOLAUNCH_CACHE", "/var/cache/topolaunch")
 DEFAULT_INVENTORY = os.path.join(ROOT, "inventory", "lab")
 DEFAULT_REPO_PORT = 18080
+# The lab's non-root ssh user (passwordless sudo, the lab's key): how a production box is reached, where topolaunch
+# becomes root only for what needs it.
+LAB_USER = "ops"
 
 SUITE = "bookworm"
 # What a fresh Debian cloud VM has that Ansible and our roles need; nothing GPU-related (the provision stage
@@ -571,6 +574,7 @@ class HostRuntime:
         put("etc/ssh/sshd_config.d/10-lab-listen.conf", f"Port {host.port}\nListenAddress 127.0.0.1\n")
         os.makedirs(os.path.join(self.root, "root/.ssh"), mode=0o700, exist_ok=True)
         put("root/.ssh/authorized_keys", pubkey, 0o600)
+        changed += self.ensure_user(pubkey)
         mid = os.path.join(self.root, "etc/machine-id")
         if os.path.getsize(mid) == 0:
             put("etc/machine-id", secrets.token_hex(16) + "\n", 0o444)
@@ -598,6 +602,39 @@ class HostRuntime:
                 shutil.rmtree(sysfs)
             os.rename(new, sysfs)
             changed.append("/etc/fake-nvml/sysfs")
+        return changed
+
+    def ensure_user(self, pubkey):
+        """The non-root ssh user LAB_USER: an account, passwordless sudo, the lab's key. Returns what changed."""
+        changed = []
+        with open(os.path.join(self.root, "etc/passwd"), encoding="utf-8") as f:
+            known = [line.split(":") for line in f if line.startswith(LAB_USER + ":")]
+        if not known:
+            proc = run(["chroot", self.root, "useradd", "--create-home", "--shell", "/bin/bash",
+                        "--comment", "topolaunch lab operator", LAB_USER])
+            if proc.returncode != 0:
+                raise LabError(f"{self.name}: creating the lab user {LAB_USER} failed: {proc.stderr.strip()}")
+            changed.append(f"/etc/passwd ({LAB_USER})")
+            with open(os.path.join(self.root, "etc/passwd"), encoding="utf-8") as f:
+                known = [line.split(":") for line in f if line.startswith(LAB_USER + ":")]
+        uid, gid, home = int(known[0][2]), int(known[0][3]), known[0][5].lstrip("/")
+        sudoers = os.path.join(self.root, "etc/sudoers.d", "lab-" + LAB_USER)
+        rule = f"{LAB_USER} ALL=(ALL) NOPASSWD:ALL\n"
+        if not os.path.isfile(sudoers) or open(sudoers, encoding="utf-8").read() != rule:
+            write_file(sudoers, rule, 0o440)
+            changed.append("/etc/sudoers.d/lab-" + LAB_USER)
+        keys = os.path.join(self.root, home, ".ssh", "authorized_keys")
+        try:
+            with open(keys, encoding="utf-8") as f:
+                current = f.read()
+        except FileNotFoundError:
+            current = None
+        if current != pubkey:
+            os.makedirs(os.path.dirname(keys), mode=0o700, exist_ok=True)
+            write_file(keys, pubkey, 0o600)
+            for path in (os.path.dirname(keys), keys):
+                os.chown(path, uid, gid)
+            changed.append(f"/{home}/.ssh/authorized_keys")
         return changed
 
     def apply_live(self, host, changed):

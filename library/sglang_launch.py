@@ -9,19 +9,24 @@ description:
     Formerly named C(sglang_service); that name still works.
   - Both states first validate, failing with every problem and "nothing was stopped" - the plan is complete and
     consistent (argv, GPU indices, CUDA_VISIBLE_DEVICES, env, port, topology fingerprint, SGLang version, layout)
-    and made for this host's GPUs (O(topology_fingerprint), O(gpu_count)), the env file's lines are NAME="value",
-    the plan's SGLang version is the one installed and current (O(sglang_version_file)), the SGLang python exists and is executable, an absolute C(plan.model_path) has a config.json, O(service_user)
-    exists, the recorded running plan can be read.
+    and made for this host's GPUs (O(topology_fingerprint), O(gpu_count)), no string of the server's part of the
+    plan and no line of the rendered env file, unit or server config holds a control character, the env file's
+    lines are NAME="value", the plan's SGLang version is the one installed and current (O(sglang_version_file)),
+    the SGLang python exists and is executable, an absolute C(plan.model_path) has a config.json, O(service_user)
+    exists, C(systemd-analyze verify) accepts the rendered unit (a temporary copy; skipped when systemd-analyze is
+    missing), the recorded running plan can be read.
   - Then decide whether the server must be replaced, with the reasons (forced; the unit is not active; the plan
-    changed, comparing only O(server_keys); the unit file changed; the env file changed).
+    changed, comparing only O(server_keys), naming what changed; the unit file, the env file or the server config
+    changed).
   - O(state=checked) stops there and never changes anything.
   - O(state=started) creates the env file's directory and O(state_dir) (root 0755); writes the env file (root 0600,
-    created 0600) and the unit file (0644) when they differ and C(current_plan.json) (0644) when the server is
+    created 0600), the server config (O(config_file), 0600 owned by O(service_user); removed when
+    O(config_content) is empty) and the unit file (0644) when they differ and C(current_plan.json) (0644) when the server is
     (re)started, atomically; reloads systemd when the unit file changed; clears the failed state and start-limit
     count of a loaded unit about to be (re)started; enables or disables it; restarts it when replacing. A failed
     start fails with systemctl's message and the unit's last journal lines.
-  - The values of O(secret_env_keys) in O(env_content) are masked in everything the module returns (SGLang logs
-    its api_key at start, and a failed start returns log lines).
+  - The values of O(secret_env_keys) in O(env_content) and every value of O(config_content) are masked in
+    everything the module returns (SGLang logs its api_key at start, and a failed start returns log lines).
 extends_documentation_fragment:
   - topolaunch.sglang.common
 options:
@@ -43,6 +48,15 @@ options:
     description: Path of the env file.
     type: path
     default: /etc/topolaunch/sglang.env
+  config_content:
+    description: The rendered server config (SGLang C(--config FILE.yaml), one C(key) and JSON string a line),
+      the secrets that must not be on the server's command line (C(api-key)); never logged. Empty = no such file.
+    type: str
+    default: ""
+  config_file:
+    description: Path of the server config (default O(state_dir)/sglang-config.yaml); the unit passes it as
+      C(--config).
+    type: path
   unit_dir:
     description: Directory of the unit file.
     type: path
@@ -168,7 +182,8 @@ actions:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.topolaunch.sglang.plugins.module_utils.launch import DEFAULTS, ServiceError, env_values, service
+from ansible_collections.topolaunch.sglang.plugins.module_utils.launch import (
+    DEFAULTS, ServiceError, config_values, env_values, service)
 
 ARGUMENT_SPEC = {
     "unit_name": {"type": "str", "default": DEFAULTS["unit_name"], "aliases": ["name"]},
@@ -178,6 +193,8 @@ ARGUMENT_SPEC = {
     "unit_content": {"type": "str", "required": True},
     "env_content": {"type": "str", "required": True, "no_log": True},
     "env_file": {"type": "path", "default": DEFAULTS["env_file"]},
+    "config_content": {"type": "str", "default": "", "no_log": True},
+    "config_file": {"type": "path"},
     "unit_dir": {"type": "path", "default": DEFAULTS["unit_dir"]},
     "venv_root": {"type": "path", "default": DEFAULTS["venv_root"]},
     "python": {"type": "path"},
@@ -199,6 +216,7 @@ def main():
     p = module.params
     # The secrets themselves, not only the whole env content, are masked wherever they would show (log lines).
     module.no_log_values.update(env_values(p["env_content"], p["secret_env_keys"]))
+    module.no_log_values.update(config_values(p["config_content"]))
     try:
         result = service(p, check_mode=module.check_mode)
     except ServiceError as exc:

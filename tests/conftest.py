@@ -99,10 +99,11 @@ class FakeNvml:
             pynvml.nvmlInit()
         return self.spec
 
-    def register(self, gpu_index, used_bytes, pid=None):
-        """Register `used_bytes` on GPU `gpu_index` for `pid` (default: this test process); returns the pid."""
+    def register(self, gpu_index, used_bytes, pid=None, reported_pid=None):
+        """Register `used_bytes` on GPU `gpu_index` for `pid` (default: this test process); returns the pid.
+        `reported_pid`: NVML reports it under that pid (a process of another PID namespace)."""
         pid = os.getpid() if pid is None else pid
-        fakegpu.register(gpu_index, used_bytes, pid=pid, state_dir=self.state_dir)
+        fakegpu.register(gpu_index, used_bytes, pid=pid, state_dir=self.state_dir, reported_pid=reported_pid)
         return pid
 
     def unregister(self, gpu_index, pid=None):

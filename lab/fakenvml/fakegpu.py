@@ -33,15 +33,19 @@ def _check(name, value):
         raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
 
 
-def register(gpu_index, used_bytes, pid=None, state_dir=None):
+def register(gpu_index, used_bytes, pid=None, state_dir=None, reported_pid=None):
     """Show `used_bytes` on GPU `gpu_index` held by `pid` (default: this process). Returns the file path.
 
+    `reported_pid`: NVML reports the holder under this pid instead, as the driver reports a process of another
+    PID namespace (a container's) by a pid this /proc may not have; the memory still lives as long as `pid`.
     Registering again replaces the amount. Written to a temporary name and renamed, so the fake never
     reads half a file."""
     pid = os.getpid() if pid is None else pid
     _check("gpu_index", gpu_index)
     _check("used_bytes", used_bytes)
     _check("pid", pid)
+    if reported_pid is not None:
+        _check("reported_pid", reported_pid)
     directory = state_dir_of(state_dir)
     if not os.path.isdir(directory):
         os.makedirs(directory, exist_ok=True)
@@ -49,7 +53,7 @@ def register(gpu_index, used_bytes, pid=None, state_dir=None):
     path = os.path.join(directory, f"{pid}.{gpu_index}")
     tmp = os.path.join(directory, f".{pid}.{gpu_index}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="ascii") as f:
-        f.write(f"{used_bytes} {starttime(pid)}\n")
+        f.write(f"{used_bytes} {starttime(pid)}" + (f" {reported_pid}" if reported_pid is not None else "") + "\n")
     os.replace(tmp, path)
     return path
 
@@ -72,6 +76,8 @@ def main(argv=None):
     reg = sub.add_parser("register", help="show BYTES used on GPU by PID")
     reg.add_argument("gpu", type=int)
     reg.add_argument("bytes", type=int)
+    reg.add_argument("--reported-pid", type=int,
+                     help="NVML reports the holder as this pid (a process of another PID namespace, as the driver does)")
     unreg = sub.add_parser("unregister", help="drop PID's registration on GPU")
     unreg.add_argument("gpu", type=int)
     for p in (reg, unreg):
@@ -82,7 +88,7 @@ def main(argv=None):
     pid = args.pid if args.pid is not None else os.getppid()
     try:
         if args.command == "register":
-            print(register(args.gpu, args.bytes, pid=pid, state_dir=args.state_dir))
+            print(register(args.gpu, args.bytes, pid=pid, state_dir=args.state_dir, reported_pid=args.reported_pid))
         elif not unregister(args.gpu, pid=pid, state_dir=args.state_dir):
             print(f"no registration of pid {pid} on GPU {args.gpu}", file=sys.stderr)
             return 1

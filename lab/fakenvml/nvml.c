@@ -243,7 +243,10 @@ static int by_pid(const void *a, const void *b)
     return x->pid < y->pid ? -1 : x->pid > y->pid;
 }
 
-/* Live registrations on GPU gpu, sorted by pid. Files: <state dir>/<pid>.<gpu> = "<bytes> <starttime>". */
+/* Live registrations on GPU gpu, sorted by pid. Files: <state dir>/<pid>.<gpu> = "<bytes> <starttime>" or
+ * "<bytes> <starttime> <reported pid>": the process <pid> (alive with that starttime) is reported as <reported pid>,
+ * as the driver reports a process of another PID namespace (a container's) by its pid in the driver's namespace,
+ * which this /proc may not have. */
 static int registered(int gpu, struct proc *out, int max)
 {
     DIR *d = opendir(g_state_dir);
@@ -268,11 +271,16 @@ static int registered(int gpu, struct proc *out, int max)
         buf[len] = '\0';
         char *sp = strchr(buf, ' ');
         char *eol = buf + strcspn(buf, "\n");
-        if (!sp || sp > eol || parse_uint(buf, sp, &used) < 0 || parse_uint(sp + 1, eol, &start) < 0)
+        if (!sp || sp > eol)
+            continue;
+        char *sp2 = memchr(sp + 1, ' ', (size_t)(eol - sp - 1));
+        unsigned long long reported = pid;
+        if (parse_uint(buf, sp, &used) < 0 || parse_uint(sp + 1, sp2 ? sp2 : eol, &start) < 0
+            || (sp2 && (parse_uint(sp2 + 1, eol, &reported) < 0 || reported == 0 || reported > 0xFFFFFFFFULL)))
             continue;
         if (proc_starttime((unsigned int)pid) != (long long)start)
             continue; /* dead, a zombie, or the pid now belongs to another process */
-        out[n].pid = (unsigned int)pid;
+        out[n].pid = (unsigned int)reported;
         out[n].used = used;
         n++;
     }

@@ -6,11 +6,15 @@ TimeoutStopSec), then deals with what escaped it: schedulers re-parented to PID 
 (sgl-project/sglang#23627), a server started by hand as the service user, a launcher that still listens on our port.
 
 1. Find the processes that hold memory on *our* GPUs (NVML compute processes) or listen on our port(s).
-2. Classify each one. Ours: in our unit's cgroup, or running as our service user (a process with SGLang's
-   titles, `sglang::*` or `sglang.launch_server` in its command line, is reported as such but still has to run
-   as our service user: another user's SGLang is not ours). Everything else is foreign. A foreign process on one
-   of our GPUs or on our port fails the run before anything is signalled, naming pid, user, command line and GPU,
-   unless `stop_foreign` is set. Processes on other GPUs are never looked at beyond being listed.
+2. Classify each one. Ours: in our system unit's cgroup exactly (`/system.slice/<unit>` or below it: a user's
+   `user@1000.service/.../<unit>` or a container's nested copy is not ours), or running as our service user
+   (compared by name; a process with SGLang's titles, `sglang::*` or `sglang.launch_server` in its command line,
+   is reported as such but still has to run as our service user: another user's SGLang is not ours). Everything
+   else is foreign. A foreign process on one of our GPUs or on our port fails the run before anything is
+   signalled, naming pid, user, command line and GPU, unless `stop_foreign` is set. A pid NVML reports that this
+   /proc does not have (a process of another PID namespace: NVML names processes by the driver's pids) is never
+   acted on, not even with `stop_foreign` (that number may be another process here): the run fails naming it.
+   Processes on other GPUs are never looked at beyond being listed.
    This check runs before the unit is stopped: a foreign process on our GPUs leaves our server running.
 3. Stop the unit (`stop_unit`): `systemctl stop`, then its Result says whether systemd had to SIGKILL it.
 4. SIGTERM ours, wait until they are gone (deadline `term_timeout`), SIGKILL the survivors (deadline
@@ -129,20 +133,24 @@ def _alive(pid, starttime, proc_root):
 
 
 def in_unit_cgroup(cgroup_text, unit_name):
-    """True when any hierarchy in a /proc/<pid>/cgroup text places the process in unit_name (v1 or v2)."""
+    """True when a hierarchy of a /proc/<pid>/cgroup text (v1 or v2) places the process in our system unit exactly:
+    /system.slice/<unit_name> or a cgroup below it. The name elsewhere in the path (a user's or a container's unit
+    of the same name) is not ours."""
+    unit = "/system.slice/" + unit_name
     for line in cgroup_text.splitlines():
         path = line.split(":", 2)[-1]
-        if unit_name in path.split("/"):
+        if path == unit or path.startswith(unit + "/"):
             return True
     return False
 
 
-def classify(info, unit_name, service_uid, title_prefixes, cmdline_markers):
-    """(ours, reasons): reasons are the words of the report ('unit cgroup', 'service user', 'sglang title')."""
+def classify(info, unit_name, service_user, title_prefixes, cmdline_markers):
+    """(ours, reasons): reasons are the words of the report ('unit cgroup', 'service user', 'sglang title').
+    The user is compared by name (`info["user"]`, the name of the process's uid here)."""
     reasons = []
     if in_unit_cgroup(info["cgroup"], unit_name):
         reasons.append("unit cgroup")
-    own_user = service_uid is not None and info["uid"] == service_uid
+    own_user = bool(service_user) and info["user"] == service_user
     if own_user:
         reasons.append("service user")
     if any(info["title"].startswith(p) for p in title_prefixes) or any(m in info["cmdline"] for m in cmdline_markers):
@@ -212,17 +220,32 @@ def union_with_current_plan(gpu_indices, ports, current_plan_path):
     gpus, prts = set(gpu_indices), set(ports)
     source, plan = None, {}
     if current_plan_path and os.path.exists(current_plan_path):
+        hint = " (remove it if the server it describes is gone)"
         try:
-            with open(current_plan_path) as f:
+            with open(current_plan_path, encoding="utf-8") as f:
                 plan = json.load(f)
         except (OSError, ValueError) as exc:
-            raise CleanupError("cannot read the running plan %s: %s (remove it if the server it describes is gone)"
-                               % (current_plan_path, exc)) from exc
-        gpus.update(int(i) for i in plan.get("gpu_indices") or [])
-        if plan.get("port"):
-            prts.add(int(plan["port"]))
+            raise CleanupError("cannot read the running plan %s: %s%s" % (current_plan_path, exc, hint)) from None
+        if not isinstance(plan, dict):
+            raise CleanupError("the running plan %s is not a JSON object but %s%s"
+                               % (current_plan_path, type(plan).__name__, hint))
+        indices = plan.get("gpu_indices", [])
+        if not isinstance(indices, list) or not all(_is_index(i) for i in indices):
+            raise CleanupError("the running plan %s: gpu_indices %s is not a list of GPU indices%s"
+                               % (current_plan_path, json.dumps(indices), hint))
+        port = plan.get("port")
+        if port is not None and not (_is_index(port) and 0 < port < 65536):
+            raise CleanupError("the running plan %s: port %s is not a port number%s"
+                               % (current_plan_path, json.dumps(port), hint))
+        gpus.update(indices)
+        if port:
+            prts.add(port)
         source = current_plan_path
     return sorted(gpus), sorted(prts), source, plan
+
+
+def _is_index(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 # ---------------------------------------------------------------------------------------------------- signals
@@ -318,21 +341,30 @@ def _validate(opts, gpu_count):
         raise CleanupError("memory_threshold_mib %s: must be >= 0" % opts["memory_threshold_mib"])
 
 
-def _scan(nvml, handles, all_handles, opts, service_uid, proc_root):
-    """Holders of our GPUs/ports (with /proc info and classification) and, for the record, holders of other GPUs."""
+def _scan(nvml, handles, all_handles, opts, proc_root):
+    """Holders of our GPUs/ports (with /proc info and classification), the pids NVML reports on our GPUs that this
+    /proc does not have ({pid: {gpu: bytes}}), and, for the record, holders of other GPUs."""
     ours_gpu = gpu_holders(nvml, handles)
     by_port = {}
     for port in opts["ports"]:
         for pid in port_holders(port, proc_root):
             by_port.setdefault(pid, []).append(port)
-    found = []
+    found, missing = [], []
     for pid in sorted(set(ours_gpu) | set(by_port)):
         info = read_process(pid, proc_root)
-        if info is None or info["state"] in ("Z", "X"):
-            continue                                      # exited between NVML's answer and our look
-        ours, reasons = classify(info, opts["unit_name"], service_uid, opts["title_prefixes"], opts["cmdline_markers"])
+        if info is None:
+            missing.append(pid)
+            continue
+        if info["state"] in ("Z", "X"):
+            continue                                      # exited: the driver frees its memory
+        ours, reasons = classify(info, opts["unit_name"], opts["service_user"], opts["title_prefixes"],
+                                 opts["cmdline_markers"])
         info.update(gpus=ours_gpu.get(pid, {}), ports=by_port.get(pid, []), ours=ours, reasons=reasons)
         found.append(info)
+    # Gone between NVML's answer and our look, or never in this /proc: NVML is asked again, and what it still
+    # reports is a process of another PID namespace.
+    again = gpu_holders(nvml, handles) if missing else {}
+    unresolved = {pid: again[pid] for pid in missing if pid in again and read_process(pid, proc_root) is None}
     others = []
     other_handles = {i: h for i, h in all_handles.items() if i not in handles}
     for pid, gpus in sorted(gpu_holders(nvml, other_handles).items()):
@@ -341,7 +373,26 @@ def _scan(nvml, handles, all_handles, opts, service_uid, proc_root):
         info = read_process(pid, proc_root)
         others.append({"pid": pid, "user": info["user"] if info else "?", "title": info["title"] if info else "?",
                        "gpus": gpus})
-    return found, others
+    return found, unresolved, others
+
+
+def _refuse_unresolved(unresolved, opts, result):
+    """Fail, naming them, when NVML reports pids on our GPUs that this /proc does not have: never acted on."""
+    if not unresolved:
+        return
+    stopped = ([opts["unit_name"]] if result.get("unit", {}).get("stopped") else []) + \
+        [str(p["pid"]) for p in result["stopped"]]
+    raise CleanupError(
+        "NVML reports %s on our GPUs that this host's /proc does not have: %s. They belong to another PID namespace "
+        "(a container on this host, or this cleanup runs inside one while NVML names the driver's pids) and were "
+        "not touched, not even with cleanup_stop_foreign (the number may name another process here)%s. Stop them "
+        "where they run, or run the cleanup where their pids resolve."
+        % ("pids" if len(unresolved) > 1 else "a pid",
+           "; ".join("pid %s on %s" % (pid, ", ".join("GPU %s (%d MiB)" % (g, b // MIB) for g, b in sorted(gpus.items())))
+                     for pid, gpus in sorted(unresolved.items())),
+           "; already stopped: %s" % ", ".join(stopped) if stopped
+           else "; our server was left running" if opts["stop_unit"] else ""),
+        result)
 
 
 def _refuse_foreign(found, opts, result):
@@ -413,10 +464,6 @@ def cleanup(opts, nvml, check_mode=False, proc_root="/proc", clock=time.monotoni
     gpu_indices, ports, plan_source, running = union_with_current_plan(
         o["gpu_indices"], o["ports"], o["current_plan_path"] or state_file(o["state_dir"], CURRENT_PLAN))
     o["gpu_indices"], o["ports"] = gpu_indices, ports
-    try:
-        service_uid = pwd.getpwnam(o["service_user"]).pw_uid
-    except KeyError:
-        service_uid = None                                # no such user yet: nothing runs as it
     threshold = int(o["memory_threshold_mib"]) * MIB
 
     nvml.nvmlInit()
@@ -429,16 +476,19 @@ def cleanup(opts, nvml, check_mode=False, proc_root="/proc", clock=time.monotoni
                   "plan": running, "stopped": [], "would_stop": [], "left_alone": [], "gpus": []}
         memory_before = {i: _used_bytes(nvml, h) for i, h in handles.items()}
         if o["stop_unit"]:
-            _refuse_foreign(_scan(nvml, handles, all_handles, o, service_uid, proc_root)[0], o, result)
+            found, unresolved, _others = _scan(nvml, handles, all_handles, o, proc_root)
+            _refuse_unresolved(unresolved, o, result)
+            _refuse_foreign(found, o, result)
             result["unit"] = stop_unit(o["unit_name"], run, check_mode, clock)
             result["changed"] = result["unit"]["stopped"] or result["unit"]["would_stop"]
 
         rounds = 0
         release_deadline = None
         while True:
-            found, others = _scan(nvml, handles, all_handles, o, service_uid, proc_root)
+            found, unresolved, others = _scan(nvml, handles, all_handles, o, proc_root)
             if rounds == 0:
                 result["left_alone"] = others
+            _refuse_unresolved(unresolved, o, result)
             _refuse_foreign(found, o, result)
             if found and check_mode:
                 result["would_stop"] = [_public(p) for p in found]

@@ -5,15 +5,19 @@
 - `checked` is the validate step: it reads only, and runs on every server before anything is stopped anywhere:
   1. `validate()`: the plan itself (complete and consistent: argv, GPUs, CUDA_VISIBLE_DEVICES, env, port,
      fingerprint, version, layout), the plan made for this host's GPUs (`topology_fingerprint`, `gpu_count` when
-     the caller knows them), the rendered env file's lines, the plan's SGLang version against the one installed
-     and current (the sglang role's record), the SGLang python, an absolute `plan.model_path` with
-     a config.json, the service user, the plan the unit runs now (`<state_dir>/current_plan.json`) readable. Every
+     the caller knows them), no control character in any string of the server's part of the plan nor in any line
+     of the rendered env file, unit and server config (secrets never quoted), the plan's SGLang version against the
+     one installed and current (the sglang role's record), the SGLang python, an absolute `plan.model_path` with a
+     config.json, the service user, the rendered unit as `systemd-analyze verify` loads it (a temporary copy), the
+     plan the unit runs now (`<state_dir>/current_plan.json`) readable. Every plan
      problem is reported at once, with "nothing was stopped";
   2. the decision whether the server must be replaced, with its reasons: forced; the unit is not active; the plan
-     changed (only SERVER_KEYS are compared, key order does not matter); the unit file changed; the env file
-     changed. A file "changed" when its content, mode or owner differ from what would be written.
+     changed (only SERVER_KEYS are compared, key order does not matter; what changed is named); the unit file,
+     the env file or the server's config file changed. A file "changed" when its content, mode or owner differ
+     from what would be written.
 - `started` is the launch step: the same, then: creates the env file's directory and `state_dir` (root 0755);
-  writes the env file (root 0600, created 0600: the secrets are never readable by anyone else) and the unit file
+  writes the env file (root 0600, created 0600: the secrets are never readable by anyone else), the server's
+  config file (`--config`, the API key: 0600 owned by the service user; removed when empty) and the unit file
   (0644) when they differ, and `current_plan.json` (0644) only when the server is (re)started (it records what
   the unit runs: a kept server keeps its record), each atomically (temp file in the same directory, then rename);
   `systemctl daemon-reload` when the unit file was written (or systemd asks for it); when the unit is loaded and
@@ -31,13 +35,17 @@ import json
 import os
 import pwd
 import re
+import shutil
+import tempfile
 
 from .constants import ENV_FILE, SERVER_KEYS, SERVICE_USER, STATE_DIR, UNIT_DIR, UNIT_NAME, CURRENT_PLAN, VENV_ROOT
 from .constants import SGLANG_VERSION_FILE, base_version, server_view, sglang_python, state_file
 from .system import file_differs, journal, run as _run, show, write_atomic
+from .text import control_character
 
 __all__ = ["ServiceError", "service", "validate", "plan_problems", "decide", "server_view", "env_values",
-           "plan_text", "installed_version", "DEFAULTS", "SHOW_PROPS"]
+           "config_values", "plan_changes", "verify_unit", "plan_text", "installed_version", "DEFAULTS", "SHOW_PROPS",
+           "SERVER_CONFIG"]
 
 DEFAULTS = {
     "unit_name": UNIT_NAME,
@@ -45,6 +53,8 @@ DEFAULTS = {
     "unit_content": "",
     "env_content": "",
     "env_file": ENV_FILE,
+    "config_content": "",
+    "config_file": None,                     # default <state_dir>/SERVER_CONFIG
     "state_dir": STATE_DIR,
     "unit_dir": UNIT_DIR,
     "venv_root": VENV_ROOT,
@@ -64,11 +74,16 @@ FORCED = "forced (--tags given or launch_force)"
 NOT_ACTIVE = "the unit is not active"
 UNIT_CHANGED = "the unit file changed"
 ENV_CHANGED = "the env file changed"
+CONFIG_CHANGED = "the server's config file changed"
 SAME = "the same plan already runs"
 NOTHING_STOPPED = "nothing was stopped"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ENV_LINE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*=".*"$')
 FINGERPRINT = re.compile(r"^[0-9a-f]{12}$")
+# The server's own config file (`--config FILE.yaml`, read by SGLang inside its process): the secrets that must not
+# be on its command line (api-key). Owned by the service user, 0600, under state_dir.
+SERVER_CONFIG = "sglang-config.yaml"
+CONFIG_LINE = re.compile(r'^[a-z][a-z0-9-]*: ".*"$')
 
 
 class ServiceError(Exception):
@@ -115,6 +130,21 @@ def env_values(content, keys):
     return out
 
 
+def config_values(content):
+    """The values of a server config file written by the launch role (`key: "JSON string"` lines): all secrets."""
+    out = []
+    for line in content.split("\n"):
+        key, sep, value = line.partition(": ")
+        if sep and CONFIG_LINE.match(line):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                continue
+            if value:
+                out.append(value)
+    return out
+
+
 # --------------------------------------------------------------------------------------------- decision
 
 def _layout_name(plan, default):
@@ -122,7 +152,55 @@ def _layout_name(plan, default):
     return layout.get("name", default) if isinstance(layout, dict) else default
 
 
-def decide(plan, running, server_keys, active_state, unit_changed, env_changed, force):
+def _flags(argv):
+    """argv as {flag: its values joined by spaces}, in order (a value before any flag is kept under '')."""
+    out, flag = {}, ""
+    for a in argv if isinstance(argv, list) else []:
+        if isinstance(a, str) and a.startswith("--"):
+            flag = a
+            out.setdefault(flag, [])
+        else:
+            out.setdefault(flag, []).append(str(a))
+    return {k: " ".join(v) for k, v in out.items()}
+
+
+def _mapping_changes(old, new, label, sep):
+    old = old if isinstance(old, dict) else {}
+    new = new if isinstance(new, dict) else {}
+    changes = []
+    for k in sorted(set(old) | set(new), key=str):
+        if k not in new:
+            changes.append("%s%s removed" % (label, k))
+        elif k not in old:
+            changes.append("%s%s added" % (label, k + sep + str(new[k]) if new[k] != "" else k))
+        elif old[k] != new[k]:
+            changes.append("%s%s %s -> %s" % (label, k, old[k] or "(set)", new[k] or "(set)"))
+    return changes
+
+
+def plan_changes(running, plan, server_keys, limit=4):
+    """What differs between the running plan and the new one, in words: flags and env variables by name, other
+    server keys with their old and new value (at most `limit` items, then how many more)."""
+    changes = []
+    for key in server_keys:
+        old, new = running.get(key), plan.get(key)
+        if json.dumps(old, sort_keys=True) == json.dumps(new, sort_keys=True):
+            continue
+        if key == "argv":
+            changes += _mapping_changes(_flags(old), _flags(new), "", " ")
+        elif key == "env":
+            changes += _mapping_changes(old, new, "env ", "=")
+        elif key == "layout":
+            if _layout_name(running, "") == _layout_name(plan, ""):   # a new name is said before these words
+                changes.append("layout %s -> %s" % (json.dumps(old, sort_keys=True), json.dumps(new, sort_keys=True)))
+        else:
+            changes.append("%s %s -> %s" % (key, json.dumps(old), json.dumps(new)))
+    if len(changes) > limit:
+        changes = changes[:limit] + ["%d more" % (len(changes) - limit)]
+    return changes
+
+
+def decide(plan, running, server_keys, active_state, unit_changed, env_changed, force, config_changed=False):
     """Reasons to replace the server (empty: the same plan already runs), in the launch role's words."""
     reasons = []
     if force:
@@ -130,11 +208,15 @@ def decide(plan, running, server_keys, active_state, unit_changed, env_changed, 
     if active_state != "active":
         reasons.append(NOT_ACTIVE)
     if server_view(running, server_keys) != server_view(plan, server_keys):
-        reasons.append("the plan changed (%s -> %s)" % (_layout_name(running, "none"), _layout_name(plan, "?")))
+        what = "; ".join(plan_changes(running, plan, server_keys)) if running else ""
+        reasons.append("the plan changed (%s -> %s%s)" % (
+            _layout_name(running, "none"), _layout_name(plan, "?"), ": " + what if what else ""))
     if unit_changed:
         reasons.append(UNIT_CHANGED)
     if env_changed:
         reasons.append(ENV_CHANGED)
+    if config_changed:
+        reasons.append(CONFIG_CHANGED)
     return reasons
 
 
@@ -158,15 +240,36 @@ def _is_int(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _strings(value, where):
+    """(where, text) of every string in a plan value, its mapping keys included."""
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(k, "%s key" % where)
+            yield from _strings(v, "%s.%s" % (where, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _strings(v, "%s[%d]" % (where, i))
+
+
+def _control_problems(plan):
+    """Every string of the server's part of the plan (what reaches the unit, the env file and argv) that holds a
+    control character: systemd ends a line at CR as at LF, and a unit that cannot load costs the running server."""
+    for key in SERVER_KEYS:
+        for where, text in _strings(plan.get(key), key):
+            bad = control_character(text)
+            if bad:
+                yield "%s %r contains a control character (%r)" % (where, text, bad)
+
+
 def plan_problems(plan, fingerprint=None, gpu_count=None):
     """Every reason the plan cannot be launched as it is (empty: usable). `fingerprint`, `gpu_count`: this host's
     topology when the caller knows it (the plan must have been made for these GPUs)."""
-    problems = []
+    problems = list(_control_problems(plan))
     argv = plan.get("argv")
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
         problems.append("argv %r is not a non-empty list of strings" % (argv,))
-    elif any("\n" in a for a in argv):
-        problems.append("argv has an item with a line break: %r" % [a for a in argv if "\n" in a][0])
     gpus = plan.get("gpu_indices")
     if not isinstance(gpus, list) or not gpus or not all(_is_int(g) and g >= 0 for g in gpus) \
             or len(set(gpus)) != len(gpus):
@@ -180,7 +283,6 @@ def plan_problems(plan, fingerprint=None, gpu_count=None):
         problems.append("env %r is not a mapping" % (env,))
     else:
         problems.extend("env name %r is not a variable name" % k for k in env if not ENV_NAME.match(str(k)))
-        problems.extend("env %s has a line break" % k for k, v in env.items() if "\n" in str(v))
         if env.get("CUDA_VISIBLE_DEVICES", cvd) != cvd:
             problems.append("env CUDA_VISIBLE_DEVICES %r is not cuda_visible_devices %r" % (env["CUDA_VISIBLE_DEVICES"], cvd))
     port = plan.get("port")
@@ -221,20 +323,16 @@ def installed_version(path):
     return base_version(version)
 
 
-def validate(o):
+def validate(o, run=_run):
     """Everything checked before anything is stopped; raises ServiceError naming every problem.
 
-    The plan, the rendered env file, the SGLang version the plan is for against the one installed and current
-    (the sglang role's record, `sglang_version_file`), the SGLang python, the model directory, the service user.
-    One remote call carries all of it, so that a plan that cannot start never costs the running server. A check
-    still to come belongs here too: the rendered unit checked with `systemd-analyze verify` on a temporary copy
-    (issue 14)."""
+    The plan, the rendered files, the SGLang version the plan is for against the one installed and current (the
+    sglang role's record, `sglang_version_file`), the SGLang python, the model directory, the service user, and
+    last the rendered unit checked with `systemd-analyze verify` on a temporary copy. One remote call carries all
+    of it, so that a plan that cannot start never costs the running server."""
     plan = o["plan"]
     problems = ["the plan: " + p for p in plan_problems(plan, o["topology_fingerprint"], o["gpu_count"])]
-    for number, line in enumerate(o["env_content"].splitlines(), 1):
-        if line.strip() and not line.startswith("#") and not ENV_LINE.match(line):
-            problems.append("env file line %d is not NAME=\"value\" (a line break in a value of the plan's env or "
-                            "launch_extra_env?)" % number)
+    problems += _file_problems(o)
     if problems:
         raise ServiceError("Cannot launch: %s. Re-run the plan stage; %s." % ("; ".join(problems), NOTHING_STOPPED))
     installed = installed_version(o["sglang_version_file"])
@@ -263,6 +361,52 @@ def validate(o):
         raise ServiceError(
             "Cannot launch: the service user %r does not exist: the sglang role creates it (--tags provision); %s."
             % (o["service_user"], NOTHING_STOPPED)) from None
+    # The rendered unit as systemd would load it (issue 14).
+    refused = verify_unit(o["unit_name"], o["unit_content"], run)
+    if refused:
+        raise ServiceError("Cannot launch: systemd-analyze verify refuses the rendered unit: %s. Fix the setting it "
+                           "names; %s." % ("; ".join(refused), NOTHING_STOPPED))
+
+
+def _file_problems(o):
+    """The rendered env file, unit and server config, line by line: a control character anywhere (a value of
+    launch_extra_env, a path, a secret) or a line that is not what the templates write. Secrets are never quoted:
+    a line is named by its number and its key only."""
+    problems = []
+    files = (("env file", o["env_content"], ENV_LINE, 'NAME="value"'),
+             ("unit file", o["unit_content"], None, None),
+             ("server config file", o["config_content"], CONFIG_LINE, 'key: "value"'))
+    for what, content, shape, words in files:
+        for number, line in enumerate(content.split("\n"), 1):
+            key = line.partition("=" if what != "server config file" else ":")[0].strip()[:40]
+            bad = control_character(line)
+            if bad:
+                problems.append("%s line %d (%s) contains a control character (%r) (in the plan's env, "
+                                "launch_extra_env, a path or a secret?)" % (what, number, key, bad))
+            elif shape and line.strip() and not line.startswith("#") and not shape.match(line):
+                problems.append("%s line %d (%s) is not %s" % (what, number, key, words))
+    return problems
+
+
+def verify_unit(name, content, run=_run):
+    """`systemd-analyze verify` of the rendered unit, on a temporary copy under its own name: the problems it names
+    in our unit (a fatal one, or a setting systemd would ignore), or [] (also when systemd-analyze is missing).
+    A unit that systemd cannot load must fail here, before cleanup stops the running server."""
+    if not shutil.which("systemd-analyze") and run is _run:
+        return []
+    directory = tempfile.mkdtemp(prefix="topolaunch-verify-")
+    try:
+        path = os.path.join(directory, name)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(content)
+        rc, out, err = run(["systemd-analyze", "verify", path])
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    lines = [line.strip() for line in (err + "\n" + out).splitlines() if line.strip()]
+    ours = [line.replace(path, name) for line in lines if line.startswith(path) or line.startswith(name + ":")]
+    if rc != 0 and not ours:
+        ours = lines[-5:] or ["exit status %s" % rc]
+    return ours
 
 
 # ------------------------------------------------------------------------------------------------ service
@@ -284,18 +428,25 @@ def service(opts, check_mode=False, run=_run, owner=(0, 0)):
     name = o["unit_name"]
     unit_path = os.path.join(o["unit_dir"], name)
     plan_path = state_file(o["state_dir"], CURRENT_PLAN)
-    files = [  # (path, content, mode): written in this order, the env file before the unit that reads it
-        (o["env_file"], o["env_content"], 0o600),
-        (unit_path, o["unit_content"], 0o644),
-        (plan_path, plan_text(o["plan"]), 0o644),
-    ]
+    config_path = o["config_file"] or state_file(o["state_dir"], SERVER_CONFIG)
 
-    validate(o)
+    validate(o, run)
+    user = pwd.getpwnam(o["service_user"])
+    # (path, content, mode, owner): written in this order, the env file and the server's config before the unit
+    # that reads them. The config is the service user's own (SGLang reads it inside its process); without content
+    # it must not exist.
+    files = [
+        (o["env_file"], o["env_content"], 0o600, owner),
+        (config_path, o["config_content"], 0o600, (user.pw_uid, user.pw_gid)),
+        (unit_path, o["unit_content"], 0o644, owner),
+        (plan_path, plan_text(o["plan"]), 0o644, owner),
+    ]
     running = _running_plan(plan_path)
     props = show(name, SHOW_PROPS, run, ServiceError)
-    differs = {path: file_differs(path, content, mode, owner) for path, content, mode in files}
+    differs = {path: file_differs(path, content, mode, who) if content else os.path.lexists(path)
+               for path, content, mode, who in files}
     reasons = decide(o["plan"], running, o["server_keys"], props.get("ActiveState", ""),
-                     differs[unit_path], differs[o["env_file"]], o["force"])
+                     differs[unit_path], differs[o["env_file"]], o["force"], differs[config_path])
     result = {
         "changed": False, "replace": bool(reasons), "reasons": reasons, "reason": ", ".join(reasons) or SAME,
         "unit_state": {k: props.get(k, "") for k in ("LoadState", "ActiveState", "SubState", "UnitFileState")},
@@ -313,11 +464,14 @@ def service(opts, check_mode=False, run=_run, owner=(0, 0)):
             result["written"].append(directory)
             if not check_mode:
                 _ensure_dir(directory, owner)
-    for path, content, mode in files:
+    for path, content, mode, who in files:
         if differs[path]:
             result["written"].append(path)
             if not check_mode:
-                write_atomic(path, content, mode, owner)
+                if content:
+                    write_atomic(path, content, mode, who)
+                else:
+                    os.unlink(path)
 
     # ---- started: systemd
     result["changed"] = bool(result["written"])

@@ -11,6 +11,7 @@ import re
 
 from . import sglang_flags_0_5_9, sglang_flags_0_5_23
 from .constants import base_version
+from .text import control_character
 
 _MODULES = (sglang_flags_0_5_9, sglang_flags_0_5_23)
 
@@ -283,9 +284,9 @@ def text_problem(text, where):
     (systemd ends a line at CR as at LF, an env file at either) or a leading '-' that is not a number (a value
     that argparse would read as another flag)."""
     text = str(text)
-    bad = [c for c in text if ord(c) < 0x20 or ord(c) == 0x7f or c in "\u0085\u2028\u2029"]
+    bad = control_character(text)
     if bad:
-        return "%s: %r contains a control character (%r); refused" % (where, text, bad[0])
+        return "%s: %r contains a control character (%r); refused" % (where, text, bad)
     if text.startswith("-") and not _NUMBER.match(text):
         return "%s: %r looks like a flag (starts with '-'); refused so that it cannot set another server argument" % (
             where, text)

@@ -589,6 +589,35 @@ def test_registration_with_another_starttime_is_ignored(fake_nvml, child):
     assert _procs(0) == [(p.pid, GIB)]
 
 
+def test_a_process_of_another_pid_namespace_is_reported_by_its_other_pid(fake_nvml, child):
+    """The driver names a container's process by its pid in the driver's namespace: the registration's third
+    field is the pid NVML reports, while the registered process (this namespace's pid) lives."""
+    fake_nvml.use("h200x2-vm-real")
+    p = child()
+    fake_nvml.register(1, 2 * GIB, p.pid, reported_pid=4194301)
+    assert _procs(1) == [(4194301, 2 * GIB)] and _used(1) == 615 * MIB + 2 * GIB
+    script = f'"{sys.executable}" "{FAKENVML_SRC / "fakegpu.py"}" register 0 7 --reported-pid 4194302 && read -r _'
+    sh = subprocess.Popen(["sh", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                          env=fake_nvml.env)
+    try:
+        sh.stdout.readline()
+        assert _procs(0) == [(4194302, 7)]
+    finally:
+        sh.stdin.close()
+        sh.wait(timeout=10)
+    p.stdin.close()
+    p.wait(timeout=10)
+    assert _procs(1) == [] and _procs(0) == []
+    state = pathlib.Path(fake_nvml.state_dir)
+    q = child()
+    start = open(f"/proc/{q.pid}/stat").read().rsplit(")", 1)[1].split()[19]
+    for junk in ("x", "0", "", "5000000000"):                    # a bad third field: the line is junk
+        (state / f"{q.pid}.1").write_text(f"1 {start} {junk}\n")
+        assert _procs(1) == [], junk
+    (state / f"{q.pid}.1").write_text(f"1 {start}\n")
+    assert _procs(1) == [(q.pid, 1)]
+
+
 def test_junk_in_the_state_dir_is_ignored(fake_nvml, child):
     fake_nvml.use("h200x2-vm-real")
     p = child()

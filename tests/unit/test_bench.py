@@ -404,3 +404,19 @@ def test_a_key_only_in_the_launch_command_is_redacted_too():
     assert got == "--model-path /m --api_key=<redacted> --admin-api-key <redacted>"
     clean = bench_line(server_info=dict(info, launch_command="--model-path /m --tp-size 8")) + "\n"
     assert results.scrub_secrets(clean) == clean
+def test_every_copy_of_a_secret_in_server_info_is_redacted(tmp_path):
+    """Both versions repeat the server args in internal_states; 0.5.23 returns its launch command (a --config file's
+    options merged in) as launch_command."""
+    info = dict(SERVER_INFO_REAL, api_key="sk-secret-123", ssl_keyfile_password="pw-456",
+                internal_states=[{"api_key": "sk-secret-123", "last_gen_throughput": 1.0}],
+                launch_command=["python", "-m", "sglang.launch_server", "--api-key", "sk-secret-123",
+                                "--ssl-keyfile-password=pw-456", "--tp-size", "8"])
+    lines = bench_line(concurrency=1, completed=8, server_info=info) + "\n"
+    out = results.record_run(str(tmp_path), "glm-5-nvfp4", "a1b2c3d4e5f6", "tp8", "2026-11-30T10:15:02Z",
+                             [{"max_concurrency": 1, "num_prompts": 8}], lines)
+    stored = (tmp_path / "glm-5-nvfp4" / "a1b2c3d4e5f6" / "tp8" / (out["run_id"] + ".jsonl")).read_text()
+    assert "sk-secret-123" not in stored and "pw-456" not in stored
+    kept = json.loads(stored)["server_info"]
+    assert kept["internal_states"][0] == {"api_key": "<redacted>", "last_gen_throughput": 1.0}
+    assert kept["launch_command"] == ["python", "-m", "sglang.launch_server", "--api-key", "<redacted>",
+                                      "--ssl-keyfile-password=<redacted>", "--tp-size", "8"]

@@ -126,22 +126,47 @@ def test_in_unit_cgroup_matches_whole_path_segments():
     assert in_unit_cgroup("0::/system.slice/topolaunch-sglang.service\n", "topolaunch-sglang.service")
     assert in_unit_cgroup("12:pids:/\n1:name=systemd:/system.slice/topolaunch-sglang.service\n",
                           "topolaunch-sglang.service")
+    assert in_unit_cgroup("0::/system.slice/topolaunch-sglang.service/worker\n", "topolaunch-sglang.service")
     assert not in_unit_cgroup("0::/system.slice/topolaunch-sglang.service-old\n", "topolaunch-sglang.service")
     assert not in_unit_cgroup("0::/user.slice/user-0.slice/session-1.scope\n", "topolaunch-sglang.service")
 
 
+@pytest.mark.parametrize("cgroup", [
+    # A user's own unit of the same name: not the system's.
+    "0::/user.slice/user-1000.slice/user@1000.service/app.slice/topolaunch-sglang.service\n",
+    # A container's nested copy (its systemd's unit, seen from the host).
+    "0::/machine.slice/machine-tl.scope/payload/system.slice/topolaunch-sglang.service\n",
+    "0::/system.slice/docker-1a2b.scope/system.slice/topolaunch-sglang.service\n",
+    "1:name=systemd:/user.slice/user-1000.slice/user@1000.service/topolaunch-sglang.service\n0::/\n",
+    "0::/topolaunch-sglang.service\n",
+])
+def test_only_the_system_units_own_cgroup_is_ours(cgroup):
+    assert not in_unit_cgroup(cgroup, "topolaunch-sglang.service")
+    info = {"cgroup": cgroup, "uid": 1000, "user": "alice", "title": "sglang::scheduler_TP0", "cmdline": ""}
+    assert classify(info, "topolaunch-sglang.service", "sglang", ["sglang::"], []) == (False, ["sglang title"])
+
+
 def test_classify_needs_cgroup_or_service_user():
-    base = {"cgroup": "0::/user.slice\n", "uid": 1000, "title": "python", "cmdline": "python x.py"}
-    assert classify(base, "u.service", 999, ["sglang::"], ["sglang.launch_server"]) == (False, [])
+    base = {"cgroup": "0::/user.slice\n", "uid": 1000, "user": "alice", "title": "python", "cmdline": "python x.py"}
+    assert classify(base, "u.service", "sglang", ["sglang::"], ["sglang.launch_server"]) == (False, [])
     other_sglang = dict(base, title="sglang::scheduler_PP0_TP0")
-    assert classify(other_sglang, "u.service", 999, ["sglang::"], []) == (False, ["sglang title"])
-    own = dict(other_sglang, uid=999)
-    assert classify(own, "u.service", 999, ["sglang::"], []) == (True, ["service user", "sglang title"])
+    assert classify(other_sglang, "u.service", "sglang", ["sglang::"], []) == (False, ["sglang title"])
+    own = dict(other_sglang, uid=999, user="sglang")
+    assert classify(own, "u.service", "sglang", ["sglang::"], []) == (True, ["service user", "sglang title"])
     in_unit = dict(base, cgroup="0::/system.slice/u.service\n")
-    assert classify(in_unit, "u.service", None, [], []) == (True, ["unit cgroup"])
-    launcher = dict(base, uid=999, cmdline="/opt/sglang/venvs/0.5.9/bin/python -m sglang.launch_server --tp-size 8")
-    assert classify(launcher, "u.service", 999, ["sglang::"], ["sglang.launch_server"]) == \
+    assert classify(in_unit, "u.service", "", [], []) == (True, ["unit cgroup"])
+    launcher = dict(base, uid=999, user="sglang",
+                    cmdline="/opt/sglang/venvs/0.5.9/bin/python -m sglang.launch_server --tp-size 8")
+    assert classify(launcher, "u.service", "sglang", ["sglang::"], ["sglang.launch_server"]) == \
         (True, ["service user", "sglang title"])
+
+
+def test_users_are_compared_by_name():
+    """Another name on the service user's uid (or a uid this host cannot name) is not the service user."""
+    info = {"cgroup": "0::/\n", "uid": 999, "user": "sglang-old", "title": "x", "cmdline": ""}
+    assert classify(info, "u.service", "sglang", [], []) == (False, [])
+    assert classify(dict(info, user="999"), "u.service", "sglang", [], []) == (False, [])
+    assert classify(dict(info, user="sglang"), "u.service", "sglang", [], []) == (True, ["service user"])
 
 
 # ------------------------------------------------------------------------------------------- real processes
@@ -302,6 +327,54 @@ def test_unreadable_running_plan_is_named(nvml, tmp_path):
     (tmp_path / "current_plan.json").write_text("{not json")
     with pytest.raises(CleanupError, match="cannot read the running plan .*current_plan.json"):
         cleanup(_opts(tmp_path), nvml)
+
+
+@pytest.mark.parametrize("content, words", [
+    ("[1, 2]", "is not a JSON object but list"),
+    ('"plan"', "is not a JSON object but str"),
+    ('{"gpu_indices": ["a"]}', 'gpu_indices ["a"] is not a list of GPU indices'),
+    ('{"gpu_indices": {"0": 1}}', 'gpu_indices {"0": 1} is not a list of GPU indices'),
+    ('{"gpu_indices": [0, -1]}', "gpu_indices [0, -1] is not a list of GPU indices"),
+    ('{"gpu_indices": [true]}', "gpu_indices [true] is not a list of GPU indices"),
+    ('{"gpu_indices": [0], "port": "x"}', 'port "x" is not a port number'),
+    ('{"gpu_indices": [0], "port": 70000}', "port 70000 is not a port number"),
+])
+def test_a_corrupt_running_plan_fails_in_one_line_naming_the_file(nvml, tmp_path, content, words, run_module,
+                                                                  monkeypatch):
+    path = tmp_path / "current_plan.json"
+    path.write_text(content)
+    with pytest.raises(CleanupError) as err:
+        cleanup(_opts(tmp_path), nvml)
+    msg = str(err.value)
+    assert msg.startswith("the running plan %s" % path) and words in msg and "\n" not in msg, msg
+    assert msg.endswith("(remove it if the server it describes is gone)")
+    monkeypatch.setattr(gpu_cleanup, "import_nvml", lambda: nvml)
+    rc, out, _ = run_module(gpu_cleanup, {"gpu_indices": [0], "current_plan_path": str(path)})
+    assert rc == 1 and out["msg"] == msg and out["stage"] == "cleanup"
+
+
+NOWHERE_PID = 4194301           # a pid this /proc does not have (the kernel's pid_max is 4194304)
+
+
+@needs_root
+@pytest.mark.parametrize("stop_foreign", [False, True])
+def test_a_pid_of_another_pid_namespace_is_named_and_never_acted_on(nvml, procs, tmp_path, stop_foreign):
+    """NVML names a process by the driver's pid; one this /proc does not have belongs to another PID namespace.
+    Even running as our service user, even with stop_foreign, it is refused before the unit is stopped."""
+    assert not os.path.exists("/proc/%d" % NOWHERE_PID)
+    holder = procs.spawn("sglang::scheduler_TP0", OURS)
+    procs.fake.register(2, 3 * GIB, holder, reported_pid=NOWHERE_PID)
+    fake = FakeSystemctl(ACTIVE)
+    with pytest.raises(CleanupError) as err:
+        cleanup(_opts(tmp_path, stop_unit=True, stop_foreign=stop_foreign), nvml, run=fake)
+    msg = str(err.value)
+    assert msg.startswith("NVML reports a pid on our GPUs that this host's /proc does not have: pid %d on GPU 2 "
+                          "(3072 MiB)" % NOWHERE_PID), msg
+    assert "another PID namespace" in msg and "our server was left running" in msg
+    assert fake.stops() == [] and _alive(holder)
+    with pytest.raises(CleanupError, match="pid %d on GPU 2" % NOWHERE_PID):
+        cleanup(_opts(tmp_path, stop_foreign=stop_foreign), nvml)
+    assert _alive(holder)
 
 
 # ------------------------------------------------------------------------------------------- stopping the unit

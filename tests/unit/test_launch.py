@@ -7,6 +7,7 @@ import functools
 import json
 import os
 import pwd
+import shutil
 import stat
 
 import pytest
@@ -176,8 +177,36 @@ def test_decide_reasons_in_the_roles_words():
     assert decide(p, {}, ["layout"], "failed", True, True, True) == [
         "forced (--tags given or launch_force)", "the unit is not active", "the plan changed (none -> tp8)",
         "the unit file changed", "the env file changed"]
-    other = plan("tp4pp2", argv=["--tp-size", "4", "--pp-size", "2"])
-    assert decide(other, p, ["layout", "argv"], "active", False, False, False) == ["the plan changed (tp8 -> tp4pp2)"]
+    other = plan("tp4pp2", argv=["--model-path", "/m", "--tp-size", "4", "--pp-size", "2"])
+    assert decide(other, p, ["layout", "argv"], "active", False, False, False) == [
+        "the plan changed (tp8 -> tp4pp2: --pp-size 2 added; --tp-size 8 -> 4)"]
+    assert decide(p, p, ["argv"], "active", False, False, False, True) == ["the server's config file changed"]
+
+
+@pytest.mark.parametrize("change, words", [
+    # The same layout: what changed is named, never "(tp8 -> tp8)" alone.
+    ({"argv": ["--model-path", "/m", "--tp-size", "8", "--mem-fraction-static", "0.92"]},
+     "tp8 -> tp8: --mem-fraction-static 0.92 added"),
+    ({"argv": ["--model-path", "/m", "--tp-size", "8", "--enable-metrics"]}, "tp8 -> tp8: --enable-metrics added"),
+    ({"argv": ["--model-path", "/m"]}, "tp8 -> tp8: --tp-size removed"),
+    ({"env": {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7", "NCCL_P2P_LEVEL": "SYS"}},
+     "tp8 -> tp8: env NCCL_P2P_LEVEL=SYS added"),
+    ({"port": 30001}, "tp8 -> tp8: port 30000 -> 30001"),
+    ({"layout": {"name": "tp8", "tp": 8, "pp": 1, "dp": 1, "ep": 2, "nnodes": 1}}, '"ep": 1'),
+])
+def test_a_changed_plan_says_what_changed(change, words):
+    reasons = decide(plan(**change), plan(), constants_server_keys(), "active", False, False, False)
+    assert reasons and reasons[0].startswith("the plan changed (") and words in reasons[0], reasons
+
+
+def test_many_changes_are_cut_short():
+    new = plan(argv=["--model-path", "/m"] + ["--flag-%d" % i for i in range(9)])
+    words = decide(new, plan(), ["argv"], "active", False, False, False)[0]
+    assert words.count(" added") == 4 and words.endswith("6 more)"), words
+
+
+def constants_server_keys():
+    return list(service_mod.SERVER_KEYS)
 
 
 def test_first_check_on_a_fresh_host(host):
@@ -208,7 +237,7 @@ def test_plan_compared_on_server_keys_only_and_key_order_free(host):
     res = call(host, sd, state="checked", plan=reordered)
     assert res["reasons"] == []
     res = call(host, sd, state="checked", plan=dict(p, port=30001))
-    assert res["reasons"] == ["the plan changed (tp8 -> tp8)"]
+    assert res["reasons"] == ["the plan changed (tp8 -> tp8: port 30000 -> 30001)"]
     res = call(host, sd, state="checked", plan=dict(p, layout={"name": "tp4pp2"}))
     assert res["reasons"] == ["the plan changed (tp8 -> tp4pp2)"]
     # With port outside server_keys the same change is no reason.
@@ -441,12 +470,18 @@ def test_module_fails_before_anything_with_a_missing_user(host, launch_module):
 
 @pytest.mark.parametrize("change, words", [
     ({"argv": []}, "argv [] is not a non-empty list of strings"),
-    ({"argv": ["--host", "a\nb"]}, "argv has an item with a line break: 'a\\nb'"),
+    ({"argv": ["--host", "a\nb"]}, "argv[1] 'a\\nb' contains a control character ('\\n')"),
+    ({"argv": ["--host", "a\rb"]}, "argv[1] 'a\\rb' contains a control character ('\\r')"),
+    ({"served_model_name": "glm\r"}, "served_model_name 'glm\\r' contains a control character"),
+    ({"host": "127.0.0.1\x1b"}, "host '127.0.0.1\\x1b' contains a control character"),
+    ({"argv": ["--model-path", "/m\u2028"]}, "argv[1] '/m\\u2028' contains a control character"),
+    ({"env": {"X": "a\x00b"}}, "env.X 'a\\x00b' contains a control character"),
+    ({"layout": {"name": "tp8\x85", "tp": 8}}, "layout.name 'tp8\\x85' contains a control character"),
     ({"gpu_indices": [0, 0]}, "gpu_indices [0, 0] are not distinct GPU indices"),
     ({"gpu_indices": [0, True]}, "gpu_indices [0, True] are not distinct GPU indices"),
     ({"cuda_visible_devices": "1,0,2,3,4,5,6,7"}, "cuda_visible_devices '1,0,2,3,4,5,6,7' is not gpu_indices"),
     ({"env": {"BAD NAME": "1"}}, "env name 'BAD NAME' is not a variable name"),
-    ({"env": {"X": "a\nb"}}, "env X has a line break"),
+    ({"env": {"X": "a\nb"}}, "env.X 'a\\nb' contains a control character"),
     ({"env": {"CUDA_VISIBLE_DEVICES": "0"}}, "env CUDA_VISIBLE_DEVICES '0' is not cuda_visible_devices"),
     ({"port": 0}, "port 0 is not a port number (1-65535)"),
     ({"port": "30000"}, "port '30000' is not a port number"),
@@ -481,8 +516,101 @@ def test_a_plan_for_other_gpus_fails(host):
 
 
 def test_an_env_file_line_broken_by_a_value_fails(host):
-    with pytest.raises(ServiceError, match='env file line 2 is not NAME="value"'):
+    with pytest.raises(ServiceError, match=r'env file line 2 \(B"\) is not NAME="value"'):
         call(host, Systemd(host), state="checked", env_content='A="1\nB"\n')
+
+
+@pytest.mark.parametrize("field, content, words", [
+    ("env_content", 'A="1"\nSGLANG_SIM_X="a\rb"\n', "env file line 2 (SGLANG_SIM_X) contains a control character ('\\r')"),
+    ("env_content", 'HF_TOKEN="hf_x\x07"\n', "env file line 1 (HF_TOKEN) contains a control character ('\\x07')"),
+    ("unit_content", "[Unit]\nDescription=SGLang glm\x0b\n[Service]\nExecStart=/x\n",
+     "unit file line 2 (Description) contains a control character ('\\x0b')"),
+    ("unit_content", "[Service]\nExecStart=/x\r\n", "unit file line 2 (ExecStart) contains a control character ('\\r')"),
+    ("config_content", 'api-key: "sk-v3ry-s3cr3t\x1f"\n', "server config file line 1 (api-key) contains a control character"),
+    ("config_content", "api-key: sk-v3ry-s3cr3t\n", 'server config file line 1 (api-key) is not key: "value"'),
+])
+@pytest.mark.parametrize("state", ["checked", "started"])
+def test_a_control_character_in_a_rendered_file_fails_before_anything(host, field, content, words, state):
+    """Whatever reaches the unit, the env file or the server's config - a value of launch_extra_env, a path, a
+    secret - is refused with its line and key before anything changes; a secret's value is never quoted."""
+    sd = Systemd(host)
+    with pytest.raises(ServiceError) as exc:
+        call(host, sd, state=state, **{field: content})
+    msg = str(exc.value)
+    assert msg.startswith("Cannot launch: ") and words in msg and msg.endswith("nothing was stopped."), msg
+    assert "s3cr3t" not in msg and "hf_x" not in msg
+    assert sd.calls == [] and not (host / "state").exists() and not (host / "etc").exists()
+
+
+def test_a_unit_systemd_refuses_fails_before_anything(host):
+    """systemd-analyze verify runs on a temporary copy of the rendered unit, under the unit's own name; what it says
+    about our unit fails the call before anything is written or stopped."""
+    seen = {}
+
+    class Refusing(Systemd):
+        def run(self, argv):
+            if argv[0] == "systemd-analyze":
+                seen["argv"] = argv
+                with open(argv[2], encoding="utf-8") as f:
+                    seen["content"] = f.read()
+                return 1, "", ("%s:12: Failed to resolve unit specifiers in '%%Zx': Invalid slot\n"
+                               "%s: Unit configuration has fatal error, unit will not be started.\n") % (argv[2], UNIT)
+            return super().run(argv)
+
+    sd = Refusing(host, load="loaded", active="active")
+    with pytest.raises(ServiceError) as exc:
+        call(host, sd, unit_content="[Service]\nExecStart=/x %Zx\n")
+    msg = str(exc.value)
+    assert msg.startswith("Cannot launch: systemd-analyze verify refuses the rendered unit: %s:12: Failed to resolve "
+                          "unit specifiers" % UNIT) and "fatal error" in msg and msg.endswith("nothing was stopped.")
+    assert seen["argv"][:2] == ["systemd-analyze", "verify"] and os.path.basename(seen["argv"][2]) == UNIT
+    assert seen["content"] == "[Service]\nExecStart=/x %Zx\n" and not os.path.exists(seen["argv"][2])
+    assert sd.verbs() == [] and not (host / "state").exists()
+
+
+def test_a_setting_systemd_would_ignore_also_fails(host):
+    class Warning(Systemd):
+        def run(self, argv):
+            if argv[0] == "systemd-analyze":
+                return 0, "", "%s:27: Failed to parse kill mode specification, ignoring: bogus\n" % argv[2]
+            return super().run(argv)
+
+    with pytest.raises(ServiceError, match=r"verify refuses the rendered unit: %s:27: Failed to parse kill mode" % UNIT):
+        call(host, Warning(host), state="checked")
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="needs systemd-analyze")
+def test_verify_unit_with_the_real_systemd_analyze(tmp_path):
+    exe = tmp_path / "python"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    good = "[Service]\nExecStart=%s -m sglang.launch_server\n" % exe
+    assert service_mod.verify_unit(UNIT, good) == []
+    bad = service_mod.verify_unit(UNIT, good.replace("ExecStart=", "ExecStart=%Z"))
+    assert bad and bad[0].startswith(UNIT + ":2: Failed to resolve unit specifiers"), bad
+    assert service_mod.verify_unit(UNIT, good + "KillMode=bogus\n")[0].startswith(UNIT + ":3: ")
+
+
+def test_the_api_key_goes_to_a_config_file_of_the_service_user(host):
+    """The server's config (SGLang --config) holds the API key: 0600, owned by the service user; removed when the
+    key goes; a changed config replaces the server."""
+    sd = Systemd(host)
+    config = host / "state" / service_mod.SERVER_CONFIG
+    res = call(host, sd, config_content='api-key: "%s"\n' % API_KEY)
+    assert str(config) in res["written"] and config.read_text() == 'api-key: "%s"\n' % API_KEY
+    assert mode(config) == 0o600 and (os.stat(config).st_uid, os.stat(config).st_gid) == \
+        (pwd.getpwnam(ME).pw_uid, pwd.getpwnam(ME).pw_gid)
+    res = call(host, sd, config_content='api-key: "%s"\n' % API_KEY)
+    assert res["replace"] is False and res["written"] == []
+    res = call(host, sd, config_content='api-key: "other"\n')
+    assert res["replace"] and "the server's config file changed" in res["reasons"]
+    res = call(host, sd, config_content="")
+    assert not config.exists() and str(config) in res["written"] and "the server's config file changed" in res["reasons"]
+    assert call(host, sd, config_content="")["written"] == []
+
+
+def test_config_values_are_the_secrets():
+    assert service_mod.config_values('# managed\napi-key: "a\\"b"\nx: "y"\nbroken: z\n') == ['a"b', "y"]
 
 
 def test_python_defaults_to_the_venv_of_the_plans_version(host):
