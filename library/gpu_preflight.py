@@ -80,8 +80,19 @@ options:
     type: dict
     default: {}
   facts:
-    description: C(ansible_facts.gpu_topology), for the expectation of each pair's link (slow P2P findings).
+    description:
+      - C(ansible_facts.gpu_topology), for the expectation of each pair's link (slow P2P findings), the groups
+        that cross the sockets (measured once more with C(NCCL_P2P_LEVEL=SYS)) and the NCCL topology file.
     type: dict
+  nccl_topo_path:
+    description:
+      - Where the NCCL topology file for VMs goes (with I(facts)) - written (0644) when the guest's PCI tree is
+        flat or NUMA is unknown while the facts' NUMA islands or the measured P2P groups show the real grouping,
+        removed when no longer needed (only a file this module wrote). Empty - never.
+      - A file the facts alone call for is written before the measurement and the worker runs with
+        C(NCCL_TOPO_FILE) pointing at it.
+    type: str
+    default: /etc/topolaunch/nccl_topo.xml
 author:
   - topolaunch project (@topolaunch)
 """
@@ -153,6 +164,12 @@ report:
   description: Lines for a human (matrices, allreduce table, findings with fixes, timing).
   returned: when a record is returned
   type: list
+nccl_topo:
+  description: >-
+    The NCCL topology file decision - needed, reason, groups, source (numa or measured), path, changed, env
+    (C({"NCCL_TOPO_FILE": path}) when the file is there).
+  returned: when I(nccl_topo_path) and I(facts) are given and a record is returned
+  type: dict
 seconds:
   description: Wall time of the measurement.
   returned: when measured
@@ -160,6 +177,7 @@ seconds:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.topolaunch.sglang.plugins.module_utils.nccl_topo import sync
 from ansible_collections.topolaunch.sglang.plugins.module_utils.preflight import PreflightError, module_run
 from ansible_collections.topolaunch.sglang.plugins.module_utils.system import write_atomic
 
@@ -180,13 +198,14 @@ ARGUMENT_SPEC = {
     "p2p_disable": {"type": "str", "choices": ["auto", "always", "never"], "default": "auto"},
     "environment": {"type": "dict", "default": {}},
     "facts": {"type": "dict"},
+    "nccl_topo_path": {"type": "str", "default": "/etc/topolaunch/nccl_topo.xml"},
 }
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
-        result = module_run(dict(module.params), module.check_mode, write_atomic)
+        result = module_run(dict(module.params), module.check_mode, write_atomic, topo_sync=sync)
     except PreflightError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(**result)
