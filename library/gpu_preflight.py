@@ -84,6 +84,14 @@ options:
       - C(ansible_facts.gpu_topology), for the expectation of each pair's link (slow P2P findings), the groups
         that cross the sockets (measured once more with C(NCCL_P2P_LEVEL=SYS)) and the NCCL topology file.
     type: dict
+  gpu_processes:
+    description:
+      - Processes on the GPUs (C({gpu, pid}), e.g. from the topology facts) - the preflight measures only free
+        GPUs. With any on I(gpus) nothing is measured - a record for I(fingerprint) is returned as usual, else the
+        module warns that the preflight was skipped; with I(force) it fails naming them.
+    type: list
+    elements: dict
+    default: []
   nccl_topo_path:
     description:
       - Where the NCCL topology file for VMs goes (with I(facts)) - written (0644) when the guest's PCI tree is
@@ -118,6 +126,10 @@ measured:
   description: Whether this call measured (false when the record for the fingerprint was reused, and in check mode).
   returned: always
   type: bool
+in_use:
+  description: The processes of I(gpu_processes) on I(gpus) with their names (C(pid 123 (python3) on GPU 0)), "" for none.
+  returned: always
+  type: str
 reason:
   description: Why it measured or not.
   returned: always
@@ -198,6 +210,7 @@ ARGUMENT_SPEC = {
     "p2p_disable": {"type": "str", "choices": ["auto", "always", "never"], "default": "auto"},
     "environment": {"type": "dict", "default": {}},
     "facts": {"type": "dict"},
+    "gpu_processes": {"type": "list", "elements": "dict", "default": []},
     "nccl_topo_path": {"type": "str", "default": "/etc/topolaunch/nccl_topo.xml"},
 }
 
@@ -208,6 +221,8 @@ def main():
         result = module_run(dict(module.params), module.check_mode, write_atomic, topo_sync=sync)
     except PreflightError as exc:
         module.fail_json(msg=str(exc))
+    for warning in result.pop("warnings", []):
+        module.warn(warning)
     module.exit_json(**result)
 
 

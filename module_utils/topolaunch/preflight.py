@@ -881,6 +881,22 @@ def save_record(path, record, write_atomic):
     write_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n", 0o644, (os.getuid(), os.getgid()))
 
 
+def _in_use(processes, gpus, proc_root="/proc"):
+    """'pid 123 (sglang::scheduler_TP0) on GPU 0, ...' for the processes on the GPUs to measure, "" for none.
+    processes: [{gpu, pid}] (the topology facts' processes of each GPU)."""
+    out = []
+    for p in processes:
+        if not isinstance(p, dict) or p.get("gpu") not in gpus:
+            continue
+        try:
+            with open(os.path.join(proc_root, str(int(p["pid"])), "comm"), encoding="utf-8", errors="replace") as f:
+                name = " (%s)" % f.read().strip()
+        except (OSError, TypeError, ValueError, KeyError):
+            name = ""
+        out.append("pid %s%s on GPU %s" % (p.get("pid"), name, p["gpu"]))
+    return ", ".join(out)
+
+
 def module_run(params, check_mode, write_atomic, run=run_step, topo_sync=None):
     """What library/gpu_preflight.py returns. Raises PreflightError for bad input (before anything runs).
     With `nccl_topo_path`, `facts` and `topo_sync` (nccl_topo.sync, which imports this module), the NCCL topology
@@ -900,8 +916,20 @@ def module_run(params, check_mode, write_atomic, run=run_step, topo_sync=None):
     result = {"changed": False, "record_path": params["record_path"], "reason": why,
               "steps": [{"name": s["name"], "argv": [params["python"], params["worker"]] + s["argv"], "env": s["env"]}
                         for s in plan_steps(gpus, groups, settings)]}
+    in_use = _in_use(params.get("gpu_processes") or [], gpus)
+    result["in_use"] = in_use
     if existing is not None and not params["force"]:
         result.update(measured=False, record=derive(existing, params["facts"]))
+    elif in_use and params["force"]:
+        raise PreflightError("the GPUs to measure are in use (%s): the preflight measures only free GPUs; stop what "
+                             "holds them first" % in_use)
+    elif in_use:
+        result.update(measured=False, record=None, reason=why + "; not measured: the GPUs are in use (%s)"
+                      % in_use, warnings=["preflight skipped: no record for topology %s and the GPUs are in use (%s); "
+                                          "the plan uses table figures until the preflight runs on free GPUs "
+                                          "(ansible-playbook deploy.yml --tags preflight -e preflight_stop_server=true "
+                                          "stops our server for it and relaunches it)" % (params["fingerprint"], in_use)])
+        return result
     elif check_mode:
         result.update(measured=False, record=None, changed=True,
                       reason=why + "; check mode: would measure (%d GPUs, %d groups)" % (len(gpus), len(groups)))

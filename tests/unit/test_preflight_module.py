@@ -158,3 +158,23 @@ def test_an_nccl_topology_file_no_longer_needed_is_removed_if_ours(tmp_path, run
     # stand-in answers the same with it (the lab cannot show NCCL's P2P levels), so it proves nothing
     cross = out["figures"]["cross_socket_p2p"]
     assert [g["gpus"] for g in cross["groups"]] == [list(range(8))] and cross["proven"] is False
+
+
+def test_gpus_in_use_are_never_measured(tmp_path, run_module, monkeypatch):
+    import os
+
+    warnings = []
+    monkeypatch.setattr(gpu_preflight.AnsibleModule, "warn", lambda self, text: warnings.append(text))
+    mine = [{"gpu": 3, "pid": os.getpid()}, {"gpu": 9, "pid": 1}]          # GPU 9 is not measured: not named
+    code, out = run_module(gpu_preflight, args(tmp_path, gpu_processes=mine))[:2]
+    assert code == 0 and out["measured"] is False and out["record"] is None and out["changed"] is False
+    assert out["in_use"] == "pid %d (%s) on GPU 3" % (os.getpid(), open("/proc/self/comm").read().strip())
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "preflight skipped: no record for topology 0123456789ab and the GPUs are in use (pid %d" % os.getpid())
+    assert not (tmp_path / "var").exists()
+    code, out = run_module(gpu_preflight, args(tmp_path, gpu_processes=mine, force=True))[:2]
+    assert code == 1 and "the GPUs to measure are in use (pid %d" % os.getpid() in out["msg"]
+    # free GPUs: measured; then in use again: the record is there and is returned, nothing measured, no warning
+    assert run_module(gpu_preflight, args(tmp_path))[1]["measured"] is True
+    code, out = run_module(gpu_preflight, args(tmp_path, gpu_processes=mine, worker="/nowhere/worker.py"))[:2]
+    assert out["measured"] is False and out["record"]["fingerprint"] == "0123456789ab" and len(warnings) == 1
