@@ -950,6 +950,8 @@ def module_run(params, check_mode, write_atomic, run=run_step, topo_sync=None):
         record = run_preflight(params["python"], params["worker"], gpus, groups, settings, params["fingerprint"],
                                params["facts"], env, params["p2p_disable"], run=run)
         result.update(measured=True, record=record, seconds=round(time.monotonic() - started, 3))
+        if existing is not None:
+            result["reason"] = why + "; measured again (force)"
         if record["env"].get("status") == "ok":     # a worker that could not start measured nothing: keep no record
             save_record(params["record_path"], record, write_atomic)
             result["changed"] = True

@@ -46,7 +46,7 @@ def test_measures_writes_and_then_reuses_the_record(tmp_path, run_module):
     code, check = run_module(gpu_preflight, args(tmp_path), True)[:2]
     assert check["changed"] is False and check["record"]["fingerprint"] == "0123456789ab"
     code, forced = run_module(gpu_preflight, args(tmp_path, force=True))[:2]
-    assert forced["measured"] is True and forced["changed"] is True
+    assert forced["measured"] is True and forced["changed"] is True and forced["reason"].endswith("; measured again (force)")
     code, other = run_module(gpu_preflight, args(tmp_path, fingerprint="ba9876543210"))[:2]
     assert other["measured"] is True and "is for topology 0123456789ab, this is ba9876543210" in other["reason"]
 
