@@ -16,9 +16,10 @@ from ansible_collections.topolaunch.sglang.plugins.plugin_utils.artifacts import
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils.preflight_plot import draw
 
 
-def keep(path, record, title=""):
-    """Put `record` under its fingerprint in the JSON object at `path`, and draw the heatmap beside it.
-    Returns (saved, heatmap path)."""
+def keep(save_to, record, title=""):
+    """Put `record` under its fingerprint in the JSON object at `save_to`, and draw the heatmap beside it.
+    Returns the result keys saved, saved_to, heatmap."""
+    path = os.path.expanduser(save_to)
     records = {}
     try:
         with open(path, encoding="utf-8") as f:
@@ -31,11 +32,14 @@ def keep(path, record, title=""):
     if not isinstance(records, dict):
         raise AnsibleActionFail("gpu_preflight: %s is not a JSON object of preflight records: move it away" % path)
     records[record["fingerprint"]] = record
-    saved = save_json(path, records)
     png = os.path.splitext(path)[0] + ".png"
-    if saved or not os.path.exists(png):
-        draw(record, png, title)
-    return saved, png
+    try:
+        saved = save_json(path, records)
+        if saved or not os.path.exists(png):
+            draw(record, png, title)
+    except OSError as exc:
+        raise AnsibleActionFail("gpu_preflight: cannot save the record to %s: %s" % (path, exc))
+    return {"saved": saved, "saved_to": path, "heatmap": png}
 
 
 class ActionModule(ActionBase):
@@ -44,17 +48,13 @@ class ActionModule(ActionBase):
     TRANSFERS_FILES = False
 
     def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
         result = super().run(tmp, task_vars)
         args = dict(self._task.args)
         save_to = args.pop("save_to", None)
         result.update(self._execute_module(module_name="topolaunch.sglang.gpu_preflight", module_args=args,
                                            task_vars=task_vars))
-        if save_to and not result.get("failed") and result.get("record") and result["record"].get("fingerprint"):
-            path = os.path.expanduser(save_to)
-            try:
-                result["saved"], result["heatmap"] = keep(path, result["record"],
-                                                          (task_vars or {}).get("inventory_hostname", ""))
-            except OSError as exc:
-                raise AnsibleActionFail("gpu_preflight: cannot save the record to %s: %s" % (path, exc))
-            result["saved_to"] = path
+        record = result.get("record") or {}
+        if save_to and not result.get("failed") and record.get("fingerprint"):
+            result.update(keep(save_to, record, task_vars.get("inventory_hostname", "")))
         return result
