@@ -80,8 +80,27 @@ options:
     type: dict
     default: {}
   facts:
-    description: C(ansible_facts.gpu_topology), for the expectation of each pair's link (slow P2P findings).
+    description:
+      - C(ansible_facts.gpu_topology), for the expectation of each pair's link (slow P2P findings), the groups
+        that cross the sockets (measured once more with C(NCCL_P2P_LEVEL=SYS)) and the NCCL topology file.
     type: dict
+  gpu_processes:
+    description:
+      - Processes on the GPUs (C({gpu, pid}), e.g. from the topology facts) - the preflight measures only free
+        GPUs. With any on I(gpus) nothing is measured - a record for I(fingerprint) is returned as usual, else the
+        module warns that the preflight was skipped; with I(force) it fails naming them.
+    type: list
+    elements: dict
+    default: []
+  nccl_topo_path:
+    description:
+      - Where the NCCL topology file for VMs goes (with I(facts)) - written (0644) when the guest's PCI tree is
+        flat or NUMA is unknown while the facts' NUMA islands or the measured P2P groups show the real grouping,
+        removed when no longer needed (only a file this module wrote). Empty - never.
+      - A file the facts alone call for is written before the measurement and the worker runs with
+        C(NCCL_TOPO_FILE) pointing at it.
+    type: str
+    default: /etc/topolaunch/nccl_topo.xml
 author:
   - topolaunch project (@topolaunch)
 """
@@ -107,6 +126,10 @@ measured:
   description: Whether this call measured (false when the record for the fingerprint was reused, and in check mode).
   returned: always
   type: bool
+in_use:
+  description: The processes of I(gpu_processes) on I(gpus) with their names (C(pid 123 (python3) on GPU 0)), "" for none.
+  returned: always
+  type: str
 reason:
   description: Why it measured or not.
   returned: always
@@ -153,6 +176,12 @@ report:
   description: Lines for a human (matrices, allreduce table, findings with fixes, timing).
   returned: when a record is returned
   type: list
+nccl_topo:
+  description: >-
+    The NCCL topology file decision - needed, reason, groups, source (numa or measured), path, changed, env
+    (C({"NCCL_TOPO_FILE": path}) when the file is there).
+  returned: when I(nccl_topo_path) and I(facts) are given and a record is returned
+  type: dict
 seconds:
   description: Wall time of the measurement.
   returned: when measured
@@ -160,6 +189,7 @@ seconds:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.topolaunch.sglang.plugins.module_utils.nccl_topo import sync
 from ansible_collections.topolaunch.sglang.plugins.module_utils.preflight import PreflightError, module_run
 from ansible_collections.topolaunch.sglang.plugins.module_utils.system import write_atomic
 
@@ -180,15 +210,19 @@ ARGUMENT_SPEC = {
     "p2p_disable": {"type": "str", "choices": ["auto", "always", "never"], "default": "auto"},
     "environment": {"type": "dict", "default": {}},
     "facts": {"type": "dict"},
+    "gpu_processes": {"type": "list", "elements": "dict", "default": []},
+    "nccl_topo_path": {"type": "str", "default": "/etc/topolaunch/nccl_topo.xml"},
 }
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     try:
-        result = module_run(dict(module.params), module.check_mode, write_atomic)
+        result = module_run(dict(module.params), module.check_mode, write_atomic, topo_sync=sync)
     except PreflightError as exc:
         module.fail_json(msg=str(exc))
+    for warning in result.pop("warnings", []):
+        module.warn(warning)
     module.exit_json(**result)
 
 

@@ -106,6 +106,19 @@ options:
   sglang_python:
     description: SGLang venv python for the printed command line (default /opt/sglang/venvs/<version>/bin/python).
     type: str
+  preflight_record:
+    description:
+      - The preflight stage's record on the host (C(/var/lib/topolaunch/preflight.json), module gpu_preflight).
+        When it is for this host's topology fingerprint, its measured pair bandwidths and allreduce figures replace
+        the table values, its plan_fixes (C(NCCL_P2P_DISABLE=1), C(disable_custom_all_reduce)) are applied,
+        C(NCCL_P2P_LEVEL=SYS) is set where it proved P2P across the sockets, and the reason says so. A record that
+        says the GPUs cannot be used safely refuses the plan. A missing file - table values.
+    type: path
+  nccl_topo_file:
+    description:
+      - The NCCL topology file the preflight stage writes for VMs (C(/etc/topolaunch/nccl_topo.xml)). When the
+        file on the host was written for this host's topology, the plan's env sets C(NCCL_TOPO_FILE) to it.
+    type: path
 author:
   - topolaunch project (@topolaunch)
 """
@@ -172,8 +185,11 @@ reasons:
   elements: str
 """
 
+import json
+
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.topolaunch.sglang.plugins.module_utils.nccl_topo import written_for
 from ansible_collections.topolaunch.sglang.plugins.module_utils.planner import PlanError, PlanRequest, candidate_table, plan, render_report
 from ansible_collections.topolaunch.sglang.plugins.module_utils.topology import TopologyError, import_nvml, read_topology
 
@@ -197,6 +213,8 @@ ARGUMENT_SPEC = {
     "workload": {"type": "dict"},
     "sglang_python": {"type": "str"},
     "sysfs_root": {"type": "path", "default": "/sys"},
+    "preflight_record": {"type": "path"},
+    "nccl_topo_file": {"type": "path"},
     "results_dir": {"type": "path"},
     "save_to": {"type": "path"},
 }
@@ -215,6 +233,21 @@ def main():
             module.fail_json(msg="sglang_plan: reading the GPU topology: %s" % exc, stage="plan")
     for key in CONTROLLER_ONLY:
         p.pop(key)
+    mine = p["node_topologies"][p["node_rank"]] if p["node_topologies"] and 0 <= p["node_rank"] < len(
+        p["node_topologies"]) else p["topology"]
+    fingerprint = (mine or {}).get("fingerprint")
+    record_path = p.pop("preflight_record")
+    if record_path:
+        try:
+            with open(record_path, encoding="utf-8") as f:
+                p["preflight"] = json.load(f)
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError) as exc:
+            module.fail_json(msg="sglang_plan: preflight_record %s is unreadable: %s (run the preflight stage again: "
+                             "ansible-playbook deploy.yml --tags preflight)" % (record_path, exc), stage="plan")
+    topo_file = p.pop("nccl_topo_file")
+    p["nccl_topo_file"] = topo_file if topo_file and written_for(topo_file, fingerprint) else None
     try:
         result = plan(PlanRequest(**p))
     except PlanError as exc:

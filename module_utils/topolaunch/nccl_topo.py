@@ -35,21 +35,26 @@ What `render` writes (the format NCCL reads and dumps, src/graph/xml.cc):
   absent), so writing them would freeze values that belong to the running process. The GPU's class is re-read
   from sysfs anyway. cpu `arch`/`vendor`/`familyid`/`modelid` are filled by NCCL from cpuid when absent.
 
-`needed(facts, record)` says whether a file is worth writing; `render` writes it; `write` puts it on disk.
+`needed(facts, record)` says whether a file is worth writing; `render` writes it; `write` puts it on disk;
+`sync` (the preflight stage) keeps the file on disk as `for_node` says, and `written_for` (the plan) tells whether
+the file on disk was written for this topology.
 """
 import os
+import re
 
 from .preflight import expected_gbps
-from .system import write_atomic
+from .system import file_differs, write_atomic
 from .topology import sysfs_bus_id
 
-__all__ = ["needed", "render", "write", "for_node", "numa_groups", "measured_groups", "p2p_groups", "cpumask", "cpu_info",
+__all__ = ["needed", "render", "write", "for_node", "sync", "written_for", "DEFAULT_PATH", "numa_groups", "measured_groups", "p2p_groups", "cpumask", "cpu_info",
            "BRIDGE_CLASS", "GPU_CLASS"]
 
 BRIDGE_CLASS = "0x060400"
 GPU_CLASS = "0x030200"
 LINK_SPEED = {1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe", 5: "32.0 GT/s PCIe",
               6: "64.0 GT/s PCIe"}
+DEFAULT_PATH = "/etc/topolaunch/nccl_topo.xml"
+NAME_RE = re.compile(r'<system version="1" name="topolaunch-([^"]*)">')
 SPLIT_DROP = 0.10           # a cluster merge this much slower than the previous one separates groups
 
 
@@ -290,3 +295,40 @@ def write(path, text, owner=None):
     """Write the file atomically, mode 0644 (NCCL runs as the service user), directory 0755 created if missing."""
     os.makedirs(os.path.dirname(path) or ".", mode=0o755, exist_ok=True)
     write_atomic(path, text, 0o644, owner or (os.getuid(), os.getgid()))
+
+
+def _system_name(path):
+    """The fingerprint in the file's `<system name="topolaunch-...">`, "" for a file of someone else, None when
+    there is no readable file."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            head = f.read(4096)
+    except OSError:
+        return None
+    match = NAME_RE.search(head)
+    return match.group(1) if match else ""
+
+
+def written_for(path, fingerprint):
+    """True when `path` holds the topology file this project wrote for the topology `fingerprint`."""
+    return bool(path and fingerprint) and _system_name(path) == fingerprint
+
+
+def sync(path, facts, record=None, check_mode=False, remove=True, cpu=None, all_cpus=None):
+    """Keep the NCCL topology file at `path` as `for_node(facts, record)` says: written (0644) when needed and
+    different, removed when not needed, `remove` and it is ours (a file of someone else is left alone). Returns the
+    decision with `path`, `changed` and `env` ({"NCCL_TOPO_FILE": path} when the file is (to be) there)."""
+    decision, text = for_node(facts, record, cpu=cpu, all_cpus=all_cpus)
+    out = dict(decision, path=path, changed=False, env={})
+    if decision["needed"]:
+        out["env"] = {"NCCL_TOPO_FILE": path}
+        owner = (os.getuid(), os.getgid())
+        if file_differs(path, text, 0o644, owner):
+            out["changed"] = True
+            if not check_mode:
+                write(path, text, owner)
+    elif remove and _system_name(path):
+        out["changed"] = True
+        if not check_mode:
+            os.unlink(path)
+    return out

@@ -160,7 +160,7 @@ def _roofline(flops, peak, occupancy, bytes_, bandwidth):
 class Links:
     """The communication a replica does: its TP group's allreduce/all-gather and its PP boundaries."""
 
-    def __init__(self, tp, kind, link_gbps, p2p_sys=False, boundaries=()):
+    def __init__(self, tp, kind, link_gbps, p2p_sys=False, boundaries=(), measured=None):
         self.tp = tp
         self.kind = kind                      # nvlink | pcie | host | net
         self.link = (link_gbps or plan_perf.INTER_NODE_GBPS) * 1e9
@@ -181,6 +181,13 @@ class Links:
             if kind == "host":
                 self.latency += plan_perf.HOST_PATH_LATENCY_US_PER_STEP * 2 * (n - 1) * 1e-6
         self.busbw = self.link * eff
+        self.measured = measured
+        if measured:
+            # The preflight's NCCL allreduce on this machine (bus GB/s, 8 KB latency us) replaces the efficiency and
+            # the latency of the link kind; NVLink keeps SGLang's custom allreduce latency (NCCL's is measured).
+            self.busbw = measured[0] * 1e9
+            if kind != "nvlink":
+                self.latency = measured[1] * 1e-6
 
     def subgroup(self, n):
         """The same links for a group of n of these GPUs (attention TP inside a DP-attention replica)."""

@@ -12,7 +12,8 @@ each GPU's PCIe link (constants and their sources in plan_perf.py):
 | SYS with P2P | the same x the measured cross-socket factor |
 | P2P not OK | the PCIe link x the measured host-staged fraction (copies go through host memory) |
 
-A measured preflight record (issue: preflight) replaces these table values pair by pair.
+A measured preflight record (plan_preflight.py) replaces these table values pair by pair, and gives the NCCL
+allreduce figures of the groups it measured (`allreduce_figures`).
 
 Islands: GPUs are clustered by complete linkage on these speeds (the slowest pair inside a cluster decides),
 so a NUMA node, a P2P clique and an NVLink island each end up as one cluster, nested as the links are. The
@@ -47,6 +48,7 @@ class NodeTopology:
         self.indices = sorted(self.gpus) if allowed is None else [i for i in sorted(self.gpus) if i in set(allowed)]
         self.fingerprint = facts.get("fingerprint") or "unknown"
         self.measured_pairs = {}   # (i, j) -> GB/s from a preflight record
+        self.measured_groups = {}  # (level, sorted GPUs) -> (busbw GB/s, latency us); level "" or "SYS"
         self._tree = None
         self._groups = {}
 
@@ -82,6 +84,37 @@ class NodeTopology:
             return rate * plan_perf.HOST_STAGED_FRACTION
         rate *= plan_perf.PCIE_P2P_FRACTION
         return rate * plan_perf.PCIE_CROSS_SOCKET_FACTOR if word == "SYS" else rate
+
+    def use_preflight(self, figures):
+        """Take a preflight record's figures (preflight.py `figures`): measured pair bandwidths, the allreduce
+        figures of each measured group, and those measured with NCCL_P2P_LEVEL=SYS when they proved it."""
+        self.measured_pairs = {(p["src"], p["dst"]): float(p["gbps"]) for p in figures.get("pairs") or []
+                               if p.get("status") == "ok" and p.get("gbps")}
+        cross = figures.get("cross_socket_p2p") or {}
+        for level, groups in (("", figures.get("groups") or []),
+                              ("SYS", cross.get("groups") or [] if cross.get("proven") else [])):
+            for g in groups:
+                if g.get("status") == "ok" and len(g["gpus"]) > 1 and g.get("busbw_gbps") and g.get("latency_us"):
+                    self.measured_groups[(level, tuple(sorted(g["gpus"])))] = (float(g["busbw_gbps"]),
+                                                                               float(g["latency_us"]))
+        self._tree = None
+        self._groups = {}
+
+    def allreduce_figures(self, group, level=""):
+        """(bus GB/s, latency us) of an NCCL allreduce over `group` from the preflight, or None when nothing of its
+        size was measured: its own figures when the group was measured, else the bus efficiency measured for its
+        size (busbw over the measured group's slowest pair; the lowest of that size) times this group's slowest
+        pair, and the highest latency measured at that size. level SYS: the figures measured with
+        NCCL_P2P_LEVEL=SYS (for groups that cross the sockets)."""
+        own = self.measured_groups.get((level, tuple(sorted(group))))
+        if own:
+            return own
+        same = [(gpus, figs) for (lvl, gpus), figs in self.measured_groups.items()
+                if lvl == level and len(gpus) == len(group)]
+        if len(group) < 2 or not same:
+            return None
+        efficiency = min(busbw / self.group_bandwidth(gpus) for gpus, (busbw, _lat) in same)
+        return efficiency * self.group_bandwidth(group), max(lat for _gpus, (_bw, lat) in same)
 
     def memory_total(self, i):
         return int(self.gpus[i]["memory"]["total_bytes"])
@@ -191,7 +224,7 @@ class NodeTopology:
         }
 
 
-def nccl_env(groups, boundaries, in_vm, numa_known, cross_socket_p2p=False):
+def nccl_env(groups, boundaries, in_vm, numa_known, cross_socket_p2p=False, topo_file=None):
     """NCCL settings by documented rules. Returns (env dict, notes list).
 
     1. A TP group or PP boundary whose GPUs cannot do P2P (NVML P2P read not OK, e.g. CNS in a VM without
@@ -204,6 +237,8 @@ def nccl_env(groups, boundaries, in_vm, numa_known, cross_socket_p2p=False):
        (otherwise a note says what it would gain).
     3. A VM whose GPUs all sit on one emulated host bridge without NUMA information: no setting, a note that NCCL
        sees a made-up PCIe tree (an NCCL_TOPO_FILE describing the real one helps).
+    4. `topo_file`: the preflight stage wrote an NCCL topology file for this topology (nccl_topo.py): a note (the
+       planner sets NCCL_TOPO_FILE in this node's env).
     """
     env, notes = {}, []
     broken = [p for g in groups for p in g["not_p2p_pairs"]] + [p for b in boundaries for p in b["not_p2p_pairs"]]
@@ -221,7 +256,11 @@ def nccl_env(groups, boundaries, in_vm, numa_known, cross_socket_p2p=False):
                          "bus bandwidth measured on 8 PCIe GPUs); NCCL_P2P_LEVEL=SYS measured 37-42 GB/s but is "
                          "reported to hang on some boxes, so the plan sets it only once the preflight stage proved "
                          "it on this topology.")
-    if in_vm and not numa_known:
+    if topo_file:
+        notes.append("NCCL_TOPO_FILE=%s: the preflight stage wrote the GPU grouping this VM's PCI tree hides (NUMA "
+                     "islands or measured P2P groups), so that NCCL builds its rings and P2P paths on it." % topo_file)
+    elif in_vm and not numa_known:
         notes.append("GPUs in a VM without NUMA information: NCCL sees the VM's emulated PCIe tree; an "
-                     "NCCL_TOPO_FILE describing the host's real tree can help.")
+                     "NCCL_TOPO_FILE describing the host's real tree can help (the preflight stage writes one when "
+                     "its measurements show the grouping).")
     return env, notes

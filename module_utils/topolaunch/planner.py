@@ -46,6 +46,9 @@ reserved) / memory). KV room = usable - weights; KV tokens = room / bytes per to
 
 Placement: plan_topology (islands, TP groups, PP stage order, NCCL settings). Estimate: plan_score (output
 tok/s at the request's workload, with its parts; constants in plan_perf, fitted to tests/calibration/).
+A preflight record of the node's topology (plan_preflight) gives both this machine's measured links and the
+fixes the plan applies (NCCL_P2P_DISABLE=1, disable_custom_all_reduce); an NCCL topology file written for the
+topology (nccl_topo) goes into the env as NCCL_TOPO_FILE.
 
 Auto: measured results (records {model, topology_fingerprint, layout, output_throughput, max_concurrency,
 input_len, output_len}) for this model and topology fingerprint, taken at a comparable workload (the same
@@ -59,7 +62,7 @@ import math
 import os
 import re
 
-from . import constants, model_config, plan_perf
+from . import constants, model_config, plan_perf, plan_preflight
 from .plan_args import FlagIndex, PLANNER_FLAGS, check_server_args, supported_versions, text_problem
 from .plan_score import Links, Shape, check_workload, estimate, gemm_peak, stage_time
 from .plan_topology import NodeTopology, nccl_env
@@ -416,7 +419,11 @@ class _Context:
         self.nnodes = nnodes
         self.partition = partition
         self.workload = workload
-        self.cross_socket_p2p = False   # proven by a preflight record (issue: preflight); never assumed
+        self.cross_socket_p2p = False   # proven by a preflight record (plan_preflight); never assumed
+        self.preflight = None           # the preflight record applied to the nodes of its topology
+        self.p2p_off = False            # its plan_fixes turn P2P off: every link is the host path
+        self.fix_env = {}
+        self.topo_file = None
         names = {n.gpus[i]["name"] for n in nodes for i in n.indices} or {"unknown"}
         self.gpu_names = sorted(names)
         first = next((n.gpus[i] for n in nodes for i in n.indices), {})
@@ -660,16 +667,23 @@ def _placement_facts(ctx, placements, tp, pp, dp, nodes_per_pp):
         kind, tp_bw = "net", min(tp_bw or plan_perf.INTER_NODE_GBPS, plan_perf.INTER_NODE_GBPS)
     elif all(g["nvlink"] for g in all_groups):
         kind = "nvlink"
-    elif not all(g["p2p_ok"] for g in all_groups):
+    elif ctx.p2p_off or not all(g["p2p_ok"] for g in all_groups):
         kind = "host"
     else:
         kind = "pcie"
     # nccl_env sets NCCL_P2P_LEVEL=SYS for a PCIe TP group that crosses sockets only when a preflight proved it
     p2p_sys = ctx.cross_socket_p2p and kind == "pcie" and any("SYS" in g["levels"] for g in all_groups)
+    measured = None
+    if kind != "net" and tp > 1:
+        # this machine's allreduce (preflight), the slowest TP group deciding; all groups must have figures
+        figures = [node.allreduce_figures(g["gpus"], "SYS" if p2p_sys and "SYS" in g["levels"] else "")
+                   for node, node_groups in zip(ctx.nodes, groups) for g in node_groups]
+        if figures and all(figures):
+            measured = (min(f[0] for f in figures), max(f[1] for f in figures))
     return {
         "groups": groups,
         "boundaries": boundaries,
-        "links": Links(tp, kind, tp_bw, p2p_sys, speeds),
+        "links": Links(tp, kind, tp_bw, p2p_sys, speeds, measured),
     }
 
 
@@ -769,13 +783,16 @@ class PlanRequest:
     nnodes, node_rank, dist_init_addr: multi-node. measured: measured records (results.measured_records).
     gpus: the GPU indices the plan may use (None = all). pp_layer_partition: layers per PP stage (None = SGLang's
     split, or one balanced by layer cost when the model estimates it faster). workload: {input_len, output_len,
-    concurrency} the estimate is made for.
+    concurrency} the estimate is made for. preflight: a preflight record (preflight.py) of a node's topology: its
+    measured links and its plan_fixes (plan_preflight). nccl_topo_file: the NCCL topology file the preflight stage
+    wrote for this host's topology (nccl_topo.written_for), set as NCCL_TOPO_FILE.
     """
 
     FIELDS = {"topology": None, "node_topologies": None, "model": None, "model_path": None, "layout": "auto",
               "sglang_version": "0.5.9", "server_args": None, "host": "127.0.0.1", "port": 30000,
               "served_model_name": None, "nnodes": 1, "node_rank": 0, "dist_init_addr": None, "measured": None,
-              "gpus": None, "pp_layer_partition": None, "workload": None}
+              "gpus": None, "pp_layer_partition": None, "workload": None, "preflight": None,
+              "nccl_topo_file": None}
 
     def __init__(self, **fields):
         unknown = sorted(set(fields) - set(self.FIELDS))
@@ -875,10 +892,17 @@ def _prepare(request):
         reasons.append("model %s: %s" % (model_path, exc) if model_path and not model else "model: %s" % exc)
     if not model_path:
         reasons.append("model_path is needed: it is the --model-path of the launch")
+    # a preflight record: checked here, applied to its nodes below; its fixed server args join the user's
+    record, record_reasons = plan_preflight.check_record(r.preflight)
+    reasons.extend(record_reasons)
+    if r.nccl_topo_file is not None and (not isinstance(r.nccl_topo_file, str) or not r.nccl_topo_file.startswith("/")
+                                         or text_problem(r.nccl_topo_file, "nccl_topo_file")):
+        reasons.append("nccl_topo_file: %r is not an absolute path" % (r.nccl_topo_file,))
     # server args
     items, values = [], {}
     if index is not None:
-        items, values, arg_reasons, arg_warnings = check_server_args(server_args, index)
+        fixed_args = plan_preflight.server_args_with_fixes(server_args, record, warnings) if record else server_args
+        items, values, arg_reasons, arg_warnings = check_server_args(fixed_args, index)
         reasons.extend(arg_reasons)
         warnings.extend(arg_warnings)
     # host, port, names
@@ -946,6 +970,7 @@ def _prepare(request):
         raise PlanError(reasons)
 
     ctx = _Context(facts, nodes, values, nnodes_n, partition, workload)
+    _use_preflight(ctx, record, r.nccl_topo_file, reasons, warnings)
     total = sum(len(n.indices) for n in nodes) if nnodes_n == 1 else nnodes_n * min(len(n.indices) for n in nodes)
     layouts = enumerate_layouts(total, facts["moe"], nnodes_n) if total else []
     if wanted != "auto" and not any(all(l[k] == wanted[k] for k in ("tp", "pp", "dp", "ep")) for l in layouts):
@@ -953,6 +978,32 @@ def _prepare(request):
     return {"ctx": ctx, "candidates": [evaluate(ctx, c) for c in layouts], "reasons": reasons, "wanted": wanted,
             "warnings": warnings, "items": items, "served": served, "port": port_number, "rank": rank_n,
             "total": total}
+
+
+def _use_preflight(ctx, record, topo_file, reasons, warnings):
+    """Apply a preflight record to the nodes of its topology (their measured links), take its fixes, and refuse a
+    record that says the GPUs are not safe to use even with them."""
+    ctx.topo_file = topo_file
+    if record is None:
+        return
+    nodes = plan_preflight.applies_to(record, ctx.nodes)
+    if not nodes:
+        warnings.append("the preflight record is for topology %s, not %s: link figures from tables (a full deploy "
+                        "measures this topology)" % (record["fingerprint"], ", ".join(n.fingerprint for n in ctx.nodes)))
+        return
+    if not record.get("ok", True):
+        errors = [f for f in record.get("findings") or [] if isinstance(f, dict) and f.get("severity") == "error"]
+        reasons.append("the preflight of %s found GPUs that cannot be used safely, even with P2P off: %s; fix it and "
+                       "run the preflight again (ansible-playbook deploy.yml --tags preflight), or plan without it "
+                       "(plan_use_preflight: false)" % (record.get("created") or "?", "; ".join(
+                           "%s: %s" % (f.get("id"), f.get("message")) for f in errors) or "ok is false"))
+        return
+    for node in nodes:
+        node.use_preflight(record["figures"])
+    ctx.preflight = record
+    ctx.fix_env = dict((record.get("plan_fixes") or {}).get("env") or {})
+    ctx.p2p_off = ctx.fix_env.get("NCCL_P2P_DISABLE") == "1"
+    ctx.cross_socket_p2p = bool((record["figures"].get("cross_socket_p2p") or {}).get("proven")) and not ctx.p2p_off
 
 
 def public_estimate(est):
@@ -1064,7 +1115,13 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
                 or any(g.get("virtualization_mode") in ("passthrough", "vgpu") for g in node.facts["gpus"])
                 for node in ctx.nodes)
     numa_known = all(node.numa(i) is not None for node in ctx.nodes for i in node.indices)
-    nccl, nccl_notes = nccl_env(all_groups, all_bounds, in_vm, numa_known, ctx.cross_socket_p2p)
+    nccl, nccl_notes = nccl_env(all_groups, all_bounds, in_vm, numa_known, ctx.cross_socket_p2p, ctx.topo_file)
+    if ctx.fix_env:
+        nccl.update(ctx.fix_env)
+        nccl_notes.append("%s and --disable-custom-all-reduce: the preflight of %s measured P2P misbehaving on this "
+                          "topology and these settings working (its plan_fixes; its findings say how to fix P2P)" % (
+                              " ".join("%s=%s" % kv for kv in sorted(ctx.fix_env.items())),
+                              ctx.preflight.get("created") or "?"))
     warnings = list(warnings) + nccl_notes + chosen.get("warnings", [])
     warnings.extend(_placement_warnings(ctx, chosen, placement))
 
@@ -1094,6 +1151,8 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
                  "cuda_visible_devices": ",".join(str(g) for g in order),
                  "topology_fingerprint": ctx.nodes[r].fingerprint} for r, order in enumerate(per_node_order)]
     mine = per_node[node_rank]
+    if ctx.topo_file:
+        mine["env"]["NCCL_TOPO_FILE"] = ctx.topo_file      # written on this host for its topology
     # stage -> layers -> GPUs
     tp_local, pp_local, nodes_per_pp = _node_mapping(tp, pp, nnodes)
     stages, first = [], 0
@@ -1123,7 +1182,12 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
         "pp_layer_partition": stages,
         "memory": dict(chosen["memory"]),
         "candidates": [_public(c) for c in candidates],
-        "reason": _reason(chosen, candidates, wanted, measured_best, fingerprint, model["name"], ctx.workload),
+        "reason": " ".join(filter(None, [
+            _reason(chosen, candidates, wanted, measured_best, fingerprint, model["name"], ctx.workload),
+            plan_preflight.describe(ctx.preflight, ctx.preflight is not None)])),
+        "link_figures": {"source": "preflight" if ctx.preflight else "tables",
+                         "created": (ctx.preflight or {}).get("created"),
+                         "cross_socket_p2p": ctx.cross_socket_p2p},
         "workload": dict(ctx.workload),
         "warnings": warnings,
         "topology_fingerprint": ctx.nodes[node_rank].fingerprint,

@@ -128,14 +128,19 @@ def p2p_step(pairs, settings, p2p_disabled=False, env_first=False):
             "p2p_disabled": p2p_disabled}
 
 
-def allreduce_step(groups, settings, p2p_disabled=False):
-    """One allreduce session: one process per GPU of the groups, the groups measured one after the other."""
+def allreduce_step(groups, settings, p2p_disabled=False, p2p_level=None):
+    """One allreduce session: one process per GPU of the groups, the groups measured one after the other.
+    p2p_level: NCCL_P2P_LEVEL for the session (SYS: P2P across the sockets too)."""
     argv = ["allreduce"]
     for group in groups:
         argv += ["--group", ",".join(map(str, group))]
-    return {"name": "allreduce" + (" (P2P off)" if p2p_disabled else ""), "kind": "allreduce",
-            "items": [list(g) for g in groups], "argv": argv + _size_args(settings, "small_bytes"),
-            "env": dict(FIX_ENV) if p2p_disabled else {}, "p2p_disabled": p2p_disabled}
+    env = dict(FIX_ENV) if p2p_disabled else {}
+    if p2p_level:
+        env["NCCL_P2P_LEVEL"] = p2p_level
+    name = "allreduce" + (" (P2P off)" if p2p_disabled else "") + (" (P2P level %s)" % p2p_level if p2p_level else "")
+    return {"name": name, "kind": "allreduce", "items": [list(g) for g in groups],
+            "argv": argv + _size_args(settings, "small_bytes"), "env": env, "p2p_disabled": p2p_disabled,
+            "p2p_level": p2p_level}
 
 
 def all_pairs(gpus):
@@ -282,10 +287,11 @@ def _pair_entry(key, status, p2p_disabled, line=None, error=None, seconds=None):
             "seconds": seconds, "error": error}
 
 
-def _group_entry(key, status, p2p_disabled, line=None, error=None, seconds=None):
+def _group_entry(key, status, p2p_disabled, line=None, error=None, seconds=None, p2p_level=None):
     line = line or {}
     entry = {"gpus": list(key), "size": len(key), "status": status,
-             "p2p_disabled": bool(line.get("p2p_disabled", p2p_disabled)), "seconds": seconds, "error": error}
+             "p2p_disabled": bool(line.get("p2p_disabled", p2p_disabled)), "seconds": seconds, "error": error,
+             "p2p_level": p2p_level}
     for name in ("busbw_gbps", "algbw_gbps", "latency_us", "bytes", "small_bytes", "call_us", "init_seconds", "wrong"):
         entry[name] = line.get(name)
     return entry
@@ -311,15 +317,20 @@ class _Runner:
             self.stopped = "step %r could not be killed (stuck in the driver): nothing more was run" % step["name"]
         return outcome
 
-    def session(self, kind, items, p2p_disabled):
-        """Measure `items` (pairs or groups) in as few sessions as possible; entries in the order of items."""
-        make = _pair_entry if kind == "p2p" else _group_entry
+    def session(self, kind, items, p2p_disabled, p2p_level=None):
+        """Measure `items` (pairs or groups) in as few sessions as possible; entries in the order of items.
+        p2p_level (allreduce only): NCCL_P2P_LEVEL of the session, kept in each entry."""
+        if kind == "p2p":
+            make = _pair_entry
+        else:
+            def make(*args, **kwargs):
+                return _group_entry(*args, p2p_level=p2p_level, **kwargs)
         entries = {}
         todo = [tuple(i) for i in items]
         while todo and not self.stopped:
             env_first = kind == "p2p" and self.env_line is None
             step = (p2p_step(todo, self.settings, p2p_disabled, env_first) if kind == "p2p"
-                    else allreduce_step(todo, self.settings, p2p_disabled))
+                    else allreduce_step(todo, self.settings, p2p_disabled, p2p_level))
             outcome = self._run(step)
             current, begun_at, done = None, None, []
             for line in outcome["lines"]:
@@ -408,6 +419,8 @@ def run_preflight(python, worker, gpus, groups=None, settings=None, fingerprint=
                         for g in groups]
     if record["env"]["status"] == "ok" and p2p_disable != "never" and not runner.stopped:
         _p2p_off_pass(record, runner, gpus, facts, p2p_disable)
+    if record["env"]["status"] == "ok" and not runner.stopped:
+        _p2p_sys_pass(record, runner, facts)
     record["steps"] = runner.steps
     record["stopped"] = runner.stopped
     record["timing"] = timing(record, time.monotonic() - started)
@@ -433,6 +446,33 @@ def _p2p_off_pass(record, runner, gpus, facts, mode):
         record["groups"] += runner.session("allreduce", again, True)
 
 
+def sys_pairs(facts, group):
+    """Pairs of a group whose path crosses the sockets (nvidia-smi SYS) over PCIe, from the facts."""
+    links = (facts or {}).get("links") or []
+    return [(a, b) for a in group for b in group if a < b and len(links) > max(a, b) and links[a][b] == "SYS"]
+
+
+def _p2p_sys_pass(record, runner, facts):
+    """The proof the planner needs before it sets NCCL_P2P_LEVEL=SYS (P2P across the sockets, which NCCL leaves
+    off by itself; faster on some PCIe boxes, reported to hang on others): the groups measured with P2P that cross
+    the sockets, once more with NCCL_P2P_LEVEL=SYS. Only on a healthy box: every P2P copy and group worked, no pair
+    slow, and every cross-socket copy in those groups had peer access; with a hang it costs one timeout."""
+    on_pairs = [p for p in record["pairs"] if not p["local"] and not p["p2p_disabled"]]
+    on_groups = [g for g in record["groups"] if _default_group(g)]
+    if not facts or any(e["status"] != "ok" for e in on_pairs + on_groups) or _slow_pairs(record, facts):
+        return
+    peer = {(p["src"], p["dst"]): p.get("peer_access") is not False for p in on_pairs}
+    groups = [g["gpus"] for g in on_groups if len(g["gpus"]) > 1 and sys_pairs(facts, g["gpus"])
+              and all(peer.get((a, b)) and peer.get((b, a)) for a, b in sys_pairs(facts, g["gpus"]))]
+    if groups:
+        record["groups"] += runner.session("allreduce", groups, False, "SYS")
+
+
+def _default_group(g):
+    """A group entry measured with NCCL's own P2P level (not the NCCL_P2P_LEVEL=SYS proof)."""
+    return not g.get("p2p_level")
+
+
 def timing(record, total):
     """Per-step costs of this run: session startup (process, torch import, CUDA contexts; for allreduce one
     process per GPU), seconds per pair (directed, and local), seconds per allreduce group by size (NCCL
@@ -445,7 +485,7 @@ def timing(record, total):
     pairs = [p for p in record["pairs"] if p["seconds"] is not None and p["status"] == "ok" and not p["p2p_disabled"]]
     by_size = {}
     for g in record["groups"]:
-        if g["status"] == "ok" and g["seconds"] is not None and not g["p2p_disabled"]:
+        if g["status"] == "ok" and g["seconds"] is not None and not g["p2p_disabled"] and _default_group(g):
             by_size.setdefault(str(g["size"]), []).append(g["seconds"])
     return {
         "total_seconds": round(total, 3),
@@ -492,9 +532,10 @@ def expected_gbps(facts, a, b):
 
 def _slow_pairs(record, facts):
     """Directed pairs with P2P on whose bandwidth is under SLOW_SHARE of their expectation: the link's tier with
-    facts, else the median of the pairs measured."""
+    facts, else the median of the pairs measured. A pair without peer access copied through host memory: it is
+    `preflight-p2p-unavailable`, not slow P2P."""
     measured = [p for p in record["pairs"] if p["status"] == "ok" and not p["local"] and not p["p2p_disabled"]
-                and p["gbps"] is not None]
+                and p["gbps"] is not None and p.get("peer_access") is not False]
     if not measured:
         return {}
     median = statistics.median(p["gbps"] for p in measured)
@@ -522,7 +563,7 @@ def analyze(record, facts=None):
     findings = []
     on_pairs = [p for p in record["pairs"] if not p["local"] and not p["p2p_disabled"]]
     off_pairs = {(p["src"], p["dst"]): p for p in record["pairs"] if p["p2p_disabled"]}
-    on_groups = [g for g in record["groups"] if not g["p2p_disabled"]]
+    on_groups = [g for g in record["groups"] if not g["p2p_disabled"] and _default_group(g)]
     off_groups = {tuple(g["gpus"]): g for g in record["groups"] if g["p2p_disabled"]}
     timeout = record["settings"]["step_timeout"]
 
@@ -623,10 +664,54 @@ def analyze(record, facts=None):
             "for full speed fix P2P: " + "; ".join([REMEDY_CLIQUE, REMEDY_IOMMU]) + "; then run the preflight again "
             "(ansible-playbook deploy.yml --tags preflight)"))
 
+    cross = _cross_socket(record, on_groups, bool(plan_fixes["env"]))
+    bad_sys = [g for g in cross["groups"] if g["status"] != "ok"]
+    if bad_sys:
+        findings.append(_finding(
+            "preflight-p2p-sys-unsafe", "warning", [x for g in bad_sys for x in g["gpus"]],
+            "NCCL allreduce with P2P across the sockets (NCCL_P2P_LEVEL=SYS) %s: the plan keeps NCCL's default "
+            "(no P2P across the sockets)" % "; ".join("%s on GPUs %s" % (g["status"], ",".join(map(str, g["gpus"])))
+                                                      for g in bad_sys),
+            "nothing to do: the plan leaves NCCL_P2P_LEVEL unset; with P2P across the sockets fixed (" + REMEDY_CLIQUE +
+            "; " + REMEDY_IOMMU + ") run the preflight again (ansible-playbook deploy.yml --tags preflight)"))
     figures = _figures(record, bool(plan_fixes["env"]))
+    figures["cross_socket_p2p"] = cross
     errors = [f["id"] for f in findings if f["severity"] == "error"]
     ok = not errors or (bool(plan_fixes["env"]) and not set(errors) & FATAL)
     return {"findings": findings, "plan_fixes": plan_fixes, "figures": figures, "ok": ok}
+
+
+def _cross_socket(record, on_groups, p2p_off):
+    """Whether the record proves P2P across the sockets: every group measured with NCCL_P2P_LEVEL=SYS worked, with
+    the right data, faster than the same group at NCCL's own level, and the plan keeps P2P on. `groups`: the
+    SYS-level figures (for the planner's groups that cross the sockets)."""
+    default = {tuple(g["gpus"]): g for g in on_groups}
+    measured = [g for g in record["groups"] if g.get("p2p_level") == "SYS"]
+    groups = [{"gpus": g["gpus"], "size": g["size"], "busbw_gbps": g["busbw_gbps"], "latency_us": g["latency_us"],
+               "status": g["status"], "default_busbw_gbps": default.get(tuple(g["gpus"]), {}).get("busbw_gbps")}
+              for g in measured]
+    faster = [g for g in groups if g["status"] == "ok" and g["default_busbw_gbps"] and g["busbw_gbps"]
+              and g["busbw_gbps"] > g["default_busbw_gbps"]]
+    proven = bool(groups) and not p2p_off and len(faster) == len(groups)
+    if not groups:
+        why = "not measured (needs a healthy box with topology facts and a measured group across the sockets)"
+    elif p2p_off:
+        why = "the plan turns P2P off"
+    elif proven:
+        why = "NCCL_P2P_LEVEL=SYS worked and was faster on every group measured both ways: %s" % "; ".join(
+            "%s %.1f vs %.1f GB/s" % (",".join(map(str, g["gpus"])), g["busbw_gbps"], g["default_busbw_gbps"])
+            for g in groups)
+    else:
+        why = "NCCL_P2P_LEVEL=SYS %s" % "; ".join(
+            "%s on %s" % (g["status"], ",".join(map(str, g["gpus"]))) if g["status"] != "ok" else
+            "%.1f vs %.1f GB/s on %s" % (g["busbw_gbps"] or 0.0, g["default_busbw_gbps"] or 0.0,
+                                          ",".join(map(str, g["gpus"]))) for g in groups)
+    by_size = {}
+    for g in groups if proven else []:
+        cur = by_size.setdefault(str(g["size"]), {"busbw_gbps": g["busbw_gbps"], "latency_us": g["latency_us"]})
+        cur["busbw_gbps"] = min(cur["busbw_gbps"], g["busbw_gbps"])
+        cur["latency_us"] = max(cur["latency_us"], g["latency_us"])
+    return {"proven": proven, "reason": why, "groups": groups, "allreduce_by_size": by_size}
 
 
 def _gbps(record, a, b):
@@ -651,7 +736,8 @@ def _figures(record, p2p_off):
         else:
             pairs.setdefault((p["src"], p["dst"]), []).append(p)
     for g in record["groups"]:
-        groups.setdefault(tuple(g["gpus"]), []).append(g)
+        if _default_group(g):
+            groups.setdefault(tuple(g["gpus"]), []).append(g)
     keys = ("gbps", "latency_us", "status", "p2p_disabled")
     fig_pairs = [dict({"src": a, "dst": b}, **{k: _pick(v, p2p_off)[k] for k in keys}) for (a, b), v in pairs.items()]
     gkeys = ("size", "busbw_gbps", "latency_us", "status", "p2p_disabled")
@@ -707,7 +793,7 @@ def render_allreduce(record):
              "     (us)  (GB/s)  (GB/s)"]
     for g in record["groups"]:
         name = ",".join(map(str, g["gpus"]))
-        p2p = "off" if g["p2p_disabled"] else "on"
+        p2p = "off" if g["p2p_disabled"] else "on" if _default_group(g) else g["p2p_level"].lower()
         if g["status"] not in ("ok", "wrong"):
             lines.append("    %-16s %-4s %s%s" % (name, p2p, g["status"], ": " + g["error"] if g.get("error") else ""))
             continue
@@ -738,6 +824,10 @@ def render_report(record):
     for f in record["findings"]:
         lines.append("%s %s (GPU %s): %s" % (f["severity"].upper(), f["id"], cpulist(f["gpus"]), f["message"]))
         lines.append("    fix: " + f["remedy"])
+    cross = record["figures"].get("cross_socket_p2p") or {}
+    if cross.get("groups"):
+        lines.append("P2P across the sockets (NCCL_P2P_LEVEL=SYS): %s: %s" % (
+            "proven, the plan sets it" if cross["proven"] else "not proven", cross["reason"]))
     if record["plan_fixes"]["env"]:
         lines.append("plan fixes: env %s, server args %s" % (
             json.dumps(record["plan_fixes"]["env"], sort_keys=True),
@@ -791,8 +881,27 @@ def save_record(path, record, write_atomic):
     write_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n", 0o644, (os.getuid(), os.getgid()))
 
 
-def module_run(params, check_mode, write_atomic, run=run_step):
-    """What library/gpu_preflight.py returns. Raises PreflightError for bad input (before anything runs)."""
+def _in_use(processes, gpus, proc_root="/proc"):
+    """'pid 123 (sglang::scheduler_TP0) on GPU 0, ...' for the processes on the GPUs to measure, "" for none.
+    processes: [{gpu, pid}] (the topology facts' processes of each GPU)."""
+    out = []
+    for p in processes:
+        if not isinstance(p, dict) or p.get("gpu") not in gpus:
+            continue
+        try:
+            with open(os.path.join(proc_root, str(int(p["pid"])), "comm"), encoding="utf-8", errors="replace") as f:
+                name = " (%s)" % f.read().strip()
+        except (OSError, TypeError, ValueError, KeyError):
+            name = ""
+        out.append("pid %s%s on GPU %s" % (p.get("pid"), name, p["gpu"]))
+    return ", ".join(out)
+
+
+def module_run(params, check_mode, write_atomic, run=run_step, topo_sync=None):
+    """What library/gpu_preflight.py returns. Raises PreflightError for bad input (before anything runs).
+    With `nccl_topo_path`, `facts` and `topo_sync` (nccl_topo.sync, which imports this module), the NCCL topology
+    file there is kept as it says (`nccl_topo`)."""
+    topo_path = (params.get("nccl_topo_path") or "") if topo_sync else ""
     settings = {k: params[k] for k in ("bytes", "small_bytes", "iters", "warmup", "step_timeout")}
     settings = dict(DEFAULTS, **settings)
     gpus = params["gpus"]
@@ -807,8 +916,20 @@ def module_run(params, check_mode, write_atomic, run=run_step):
     result = {"changed": False, "record_path": params["record_path"], "reason": why,
               "steps": [{"name": s["name"], "argv": [params["python"], params["worker"]] + s["argv"], "env": s["env"]}
                         for s in plan_steps(gpus, groups, settings)]}
+    in_use = _in_use(params.get("gpu_processes") or [], gpus)
+    result["in_use"] = in_use
     if existing is not None and not params["force"]:
         result.update(measured=False, record=derive(existing, params["facts"]))
+    elif in_use and params["force"]:
+        raise PreflightError("the GPUs to measure are in use (%s): the preflight measures only free GPUs; stop what "
+                             "holds them first" % in_use)
+    elif in_use:
+        result.update(measured=False, record=None, reason=why + "; not measured: the GPUs are in use (%s)"
+                      % in_use, warnings=["preflight skipped: no record for topology %s and the GPUs are in use (%s); "
+                                          "the plan uses table figures until the preflight runs on free GPUs "
+                                          "(ansible-playbook deploy.yml --tags preflight -e preflight_stop_server=true "
+                                          "stops our server for it and relaunches it)" % (params["fingerprint"], in_use)])
+        return result
     elif check_mode:
         result.update(measured=False, record=None, changed=True,
                       reason=why + "; check mode: would measure (%d GPUs, %d groups)" % (len(gpus), len(groups)))
@@ -821,13 +942,27 @@ def module_run(params, check_mode, write_atomic, run=run_step):
                                                    "provision stage (ansible-playbook deploy.yml --tags provision)"
                                                    if option == "python" else "the worker script the role copies"))
         started = time.monotonic()
+        env = dict(params["environment"] or {})
+        if topo_path and params["facts"]:
+            # A file the facts alone call for (NUMA islands on a flat tree) is there before the measurement, so
+            # that NCCL measures as the server will run; one that needs the measured groups comes after it.
+            env.update(topo_sync(topo_path, params["facts"], None, remove=False)["env"])
         record = run_preflight(params["python"], params["worker"], gpus, groups, settings, params["fingerprint"],
-                               params["facts"], params["environment"], params["p2p_disable"], run=run)
+                               params["facts"], env, params["p2p_disable"], run=run)
         result.update(measured=True, record=record, seconds=round(time.monotonic() - started, 3))
+        if existing is not None:
+            result["reason"] = why + "; measured again (force)"
         if record["env"].get("status") == "ok":     # a worker that could not start measured nothing: keep no record
             save_record(params["record_path"], record, write_atomic)
             result["changed"] = True
     record = result["record"]
     result.update({k: record[k] for k in ("findings", "plan_fixes", "figures", "ok")})
-    result["report"] = record["tables"]["report"]
+    result["report"] = list(record["tables"]["report"])
+    if topo_path and params["facts"] and record["env"].get("status") == "ok":
+        topo = topo_sync(topo_path, params["facts"], record, check_mode)
+        result["nccl_topo"] = topo
+        result["changed"] = result["changed"] or topo["changed"]
+        result["report"].append("NCCL topology file %s: %s (%s)" % (
+            topo_path, ("written" if topo["changed"] else "up to date") if topo["needed"] else
+            ("removed" if topo["changed"] else "not needed"), topo["reason"]))
     return result

@@ -180,7 +180,7 @@ def test_hanging_pair_blocks_until_killed_and_works_with_p2p_off():
 
 
 def test_spec_without_links_or_missing(tmp_path):
-    code, lines = answer(SPECS / "proxmox-8x-rtx-pro-6000-naive.json", "env")
+    code, lines = answer(SPECS / "hgx-8x-h100-nvswitch.json", "env")
     assert code == 1 and "has no links section" in lines[0]["message"]
     code, lines = answer(tmp_path / "absent.json", "env")
     assert code == 1 and str(tmp_path / "absent.json") in lines[0]["message"]

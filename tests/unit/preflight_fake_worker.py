@@ -9,7 +9,8 @@ behaviour chosen by the JSON in $FAKE_WORKER (stdlib only, starts in millisecond
      "die": ["1:0"], "wrong": ["2:3"],   items after whose begin the process exits 3 / whose data is wrong
      "noise": true,                      NCCL-like lines between the JSON lines
      "child": true}                      start a child process that lives on (the kill must take it too)
-NCCL_P2P_DISABLE=1 in the environment answers "off_gbps" / "off_busbw" (default 10 / 5) and uses "off:" keys.
+NCCL_P2P_DISABLE=1 in the environment answers "off_gbps" / "off_busbw" (default 10 / 5) and uses "off:" keys;
+NCCL_P2P_LEVEL=SYS answers "sys_busbw" (default: as without it) and uses "sys:" keys.
 """
 import json
 import os
@@ -26,7 +27,8 @@ def emit(obj):
 def main(argv):
     plan = json.loads(os.environ.get("FAKE_WORKER", "{}"))
     off = os.environ.get("NCCL_P2P_DISABLE") == "1"
-    prefix = "off:" if off else ""
+    sys_level = os.environ.get("NCCL_P2P_LEVEL") == "SYS"
+    prefix = "off:" if off else "sys:" if sys_level else ""
     if plan.get("child"):
         child = subprocess.Popen([sys.executable, "-c", "import signal; signal.pause()"])
         emit({"event": "child", "pid": child.pid})
@@ -69,8 +71,10 @@ def main(argv):
                       **figures))
         else:
             n = len(gpus)
-            busbw = plan.get("groups", {}).get(key, {}).get(
-                "busbw", plan.get("off_busbw", 5.0) if off else plan.get("busbw", 30.0))
+            default = plan.get("off_busbw", 5.0) if off else plan.get("busbw", 30.0)
+            if sys_level:
+                default = plan.get("sys_busbw", default)
+            busbw = plan.get("groups", {}).get(key, {}).get("busbw", default)
             factor = 2.0 * (n - 1) / n if n > 1 else 1.0
             emit({"event": "result", "step": "allreduce", "gpus": gpus, "size": n, "bytes": 1 << 20,
                   "small_bytes": 8192, "busbw_gbps": busbw if n > 1 else 0.0, "algbw_gbps": busbw / factor,

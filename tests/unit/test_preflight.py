@@ -248,6 +248,48 @@ def test_p2p_disable_never_and_always(monkeypatch):
     assert always["plan_fixes"]["env"] == {}          # nothing wrong with P2P: keep it
 
 
+def _two_socket_facts():
+    """4 GPUs, 0-1 and 2-3 on their own socket (NODE inside, SYS across), PCIe Gen5 x16."""
+    words = [["X", "NODE", "SYS", "SYS"], ["NODE", "X", "SYS", "SYS"], ["SYS", "SYS", "X", "NODE"],
+             ["SYS", "SYS", "NODE", "X"]]
+    return {"links": words, "gpus": [{"pcie": {"max_gen": 5, "max_width": 16}} for _ in range(4)]}
+
+
+def test_cross_socket_p2p_proven_only_when_sys_level_works_and_is_faster(monkeypatch):
+    facts = _two_socket_facts()
+    fake(monkeypatch, gbps=45.0, busbw=24.7, sys_busbw=38.0)
+    record = run([0, 1, 2, 3], facts=facts)
+    # only the group that crosses the sockets is measured again, with NCCL_P2P_LEVEL=SYS, in one more session
+    sys_groups = [g for g in record["groups"] if g["p2p_level"] == "SYS"]
+    assert [g["gpus"] for g in sys_groups] == [[0, 1, 2, 3]] and sys_groups[0]["busbw_gbps"] == 38.0
+    assert record["steps"][-1]["name"] == "allreduce (P2P level SYS)"
+    assert record["steps"][-1]["env"] == {"NCCL_P2P_LEVEL": "SYS"}
+    cross = record["figures"]["cross_socket_p2p"]
+    assert cross["proven"] is True and cross["allreduce_by_size"] == {"4": {"busbw_gbps": 38.0, "latency_us": 13.6}}
+    assert "0,1,2,3 38.0 vs 24.7 GB/s" in cross["reason"]
+    # the default figures stay NCCL's own level: the SYS run is not the 4-GPU group's figure
+    assert record["figures"]["allreduce_by_size"]["4"]["busbw_gbps"] == 24.7
+    assert record["findings"] == [] and any("proven, the plan sets it" in line for line in record["tables"]["report"])
+    assert "  sys " in record["tables"]["allreduce"]
+    # slower with SYS: not proven; a hang with SYS: a warning, and the default plan stays safe
+    fake(monkeypatch, gbps=45.0, busbw=24.7, sys_busbw=20.0)
+    assert run([0, 1, 2, 3], facts=facts)["figures"]["cross_socket_p2p"]["proven"] is False
+    fake(monkeypatch, gbps=45.0, busbw=24.7, hang=["sys:0,1,2,3"])
+    hung = run([0, 1, 2, 3], timeout=1.0, facts=facts)
+    assert ids(hung) == ["preflight-p2p-sys-unsafe"] and hung["ok"] is True
+    assert hung["figures"]["cross_socket_p2p"]["proven"] is False and hung["plan_fixes"]["env"] == {}
+
+
+def test_no_cross_socket_run_without_facts_or_on_a_broken_box(monkeypatch):
+    fake(monkeypatch, busbw=24.7, sys_busbw=38.0)
+    record = run([0, 1, 2, 3])                                   # no facts: nobody knows where the sockets are
+    assert not any(g["p2p_level"] for g in record["groups"])
+    assert record["figures"]["cross_socket_p2p"]["proven"] is False
+    fake(monkeypatch, busbw=24.7, sys_busbw=38.0, hang=["1:2"])
+    record = run([0, 1, 2, 3], timeout=1.0, facts=_two_socket_facts())
+    assert not any(g["p2p_level"] for g in record["groups"]) and record["plan_fixes"]["env"]
+
+
 def test_bad_mode():
     with pytest.raises(preflight.PreflightError, match="p2p_disable: 'sometimes' is not one of"):
         preflight.run_preflight(sys.executable, FAKE, [0], p2p_disable="sometimes")

@@ -55,6 +55,32 @@ def test_module_fails_with_every_reason(vnuma, run_module):
     assert any(line.split()[0] == "tp3pp2" and " no " in line for line in out["candidates"][1:])
 
 
+def test_module_reads_the_preflight_record_and_the_nccl_topology_file_on_the_host(vnuma, run_module, tmp_path):
+    base = {"topology": vnuma, "model_path": model_path("glm-5-nvfp4"), "layout": "tp8",
+            "preflight_record": str(tmp_path / "preflight.json"), "nccl_topo_file": str(tmp_path / "nccl_topo.xml")}
+    code, out, _ = run_module(sglang_plan, base)          # neither file there: table figures, no NCCL_TOPO_FILE
+    assert code == 0 and out["plan"]["link_figures"]["source"] == "tables" and "NCCL_TOPO_FILE" not in out["plan"]["env"]
+    record = {"fingerprint": vnuma["fingerprint"], "created": "2026-12-01T10:00:00Z", "ok": True,
+              "plan_fixes": {"env": {"NCCL_P2P_DISABLE": "1"}, "server_args": {"disable_custom_all_reduce": True}},
+              "figures": {"p2p_disabled": True, "pairs": [{"src": 0, "dst": 1, "gbps": 11.0, "status": "ok"}],
+                          "groups": [{"gpus": list(range(8)), "busbw_gbps": 6.5, "latency_us": 200.0, "status": "ok"}]}}
+    (tmp_path / "preflight.json").write_text(json.dumps(record))
+    (tmp_path / "nccl_topo.xml").write_text('<system version="1" name="topolaunch-%s">\n</system>\n' % vnuma["fingerprint"])
+    code, out, _ = run_module(sglang_plan, base)
+    plan = out["plan"]
+    assert plan["link_figures"] == {"source": "preflight", "created": "2026-12-01T10:00:00Z", "cross_socket_p2p": False}
+    assert plan["env"]["NCCL_P2P_DISABLE"] == "1" and "--disable-custom-all-reduce" in plan["argv"]
+    assert plan["env"]["NCCL_TOPO_FILE"] == str(tmp_path / "nccl_topo.xml")
+    # a file written for another topology is not taken; an unreadable record fails naming it
+    (tmp_path / "nccl_topo.xml").write_text('<system version="1" name="topolaunch-000000000000">\n</system>\n')
+    (tmp_path / "preflight.json").write_text("{not json")
+    code, out, _ = run_module(sglang_plan, base)
+    assert code == 1 and out["msg"].startswith("sglang_plan: preflight_record %s is unreadable" % (tmp_path / "preflight.json"))
+    (tmp_path / "preflight.json").unlink()
+    code, out, _ = run_module(sglang_plan, base)
+    assert code == 0 and "NCCL_TOPO_FILE" not in out["plan"]["env"]
+
+
 @pytest.mark.parametrize("check_mode", [False, True])
 def test_module_reads_the_topology_when_not_given(fake_nvml, tmp_path, run_module, check_mode):
     spec = fake_nvml.use("proxmox-8x-rtx-pro-6000-vnuma", init=False)
