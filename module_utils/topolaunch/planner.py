@@ -417,6 +417,8 @@ class _Context:
         self.partition = partition
         self.workload = workload
         self.cross_socket_p2p = False   # proven by a preflight record (issue: preflight); never assumed
+        # The efficiency constants of the estimates: plan_perf's, or this machine's fit (plan_fit.py) over them.
+        self.eff, self.fit = plan_perf.EFFICIENCY, None
         names = {n.gpus[i]["name"] for n in nodes for i in n.indices} or {"unknown"}
         self.gpu_names = sorted(names)
         first = next((n.gpus[i] for n in nodes for i in n.indices), {})
@@ -532,7 +534,10 @@ def _estimate(ctx, c, partition, memory, defaults, links):
     }
     stages = stage_shapes(ctx.model, partition)
     result = estimate(ctx.model, c, stages, links, ctx.gpu, ctx.workload, memory["kv_tokens"], settings,
-                      shape=ctx.shape)
+                      shape=ctx.shape, eff=ctx.eff)
+    if ctx.fit:   # what the committed constants say, beside the fitted estimate
+        result["unfitted_tokens_per_s"] = estimate(ctx.model, c, stages, links, ctx.gpu, ctx.workload,
+                                                   memory["kv_tokens"], settings, shape=ctx.shape)["tokens_per_s"]
     result["inputs"] = {"model": ctx.model, "layout": c, "stages": stages, "links": links, "gpu": ctx.gpu,
                         "workload": ctx.workload, "kv_tokens": memory["kv_tokens"], "settings": settings,
                         "shape": ctx.shape}
@@ -613,10 +618,10 @@ def _try_balanced_partition(ctx, c, out, gpu_bytes, defaults):
     costs = {}
     for kind, stage in (("dense", dict(layer, dense_layers=1, moe_layers=0)),
                         ("moe", dict(layer, dense_layers=0, moe_layers=1))):
-        costs[kind] = stage_time(ctx.shape, c, stage, micro, ctx_len, links, ctx.gpu, peak, plan_perf.EFFICIENCY,
+        costs[kind] = stage_time(ctx.shape, c, stage, micro, ctx_len, links, ctx.gpu, peak, ctx.eff,
                                  defaults["cuda_graph_max_bs"])[0]
     empty_last = {"index": pp - 1, "layers": 0, "dense_layers": 0, "moe_layers": 0, "last": True}
-    last_extra = stage_time(ctx.shape, c, empty_last, micro, ctx_len, links, ctx.gpu, peak, plan_perf.EFFICIENCY,
+    last_extra = stage_time(ctx.shape, c, empty_last, micro, ctx_len, links, ctx.gpu, peak, ctx.eff,
                             defaults["cuda_graph_max_bs"])[0]
     dense = model["dense_layers"] if model["moe"] else model["num_layers"]
     layer_costs = [costs["dense"] if k < dense else costs["moe"] for k in range(model["num_layers"])]
@@ -754,6 +759,38 @@ def rank(candidates, measured):
     return sorted(candidates, key=key)
 
 
+def _machine_fit(fits, model_names, fingerprints, reasons):
+    """This model's and topology's fit (plan_fit.py, kept in results/<model>/<fingerprint>/fit.json): the record, or
+    None. Its efficiency constants must be plan_perf's names with positive numbers."""
+    if not fits:
+        return None
+    if not isinstance(fits, list):
+        reasons.append("fits must be a list of fit records, got %s" % type(fits).__name__)
+        return None
+    for k, rec in enumerate(fits):
+        if not isinstance(rec, dict):
+            reasons.append("fits[%d] must be a mapping, got %r" % (k, rec))
+            continue
+        if rec.get("model") not in model_names or rec.get("topology_fingerprint") not in fingerprints:
+            continue
+        eff = rec.get("efficiency")
+        bad = ["%s=%r" % (key, v) for key, v in (eff.items() if isinstance(eff, dict) else [("efficiency", eff)])
+               if key not in plan_perf.EFFICIENCY or isinstance(v, bool) or not isinstance(v, (int, float))
+               or not math.isfinite(v) or v <= 0]
+        if bad:
+            reasons.append("fits[%d] (%s on %s): efficiency needs plan_perf.EFFICIENCY names with positive numbers, "
+                           "got %s" % (k, rec.get("model"), rec.get("topology_fingerprint"), ", ".join(bad)))
+            continue
+        return rec
+    return None
+
+
+def public_fit(fit):
+    """The fit as the plan shows it (what it was made from stays in fit.json)."""
+    keys = ("quality", "why", "constants", "efficiency", "points", "ratios", "error_before", "error_after", "basis")
+    return {k: fit.get(k) for k in keys if k in fit}
+
+
 # ----------------------------------------------------------------------------------------------------- plan
 
 
@@ -769,13 +806,14 @@ class PlanRequest:
     nnodes, node_rank, dist_init_addr: multi-node. measured: measured records (results.measured_records).
     gpus: the GPU indices the plan may use (None = all). pp_layer_partition: layers per PP stage (None = SGLang's
     split, or one balanced by layer cost when the model estimates it faster). workload: {input_len, output_len,
-    concurrency} the estimate is made for.
+    concurrency} the estimate is made for. fits: machine fits (plan_fit.py); the one of this model and topology
+    replaces plan_perf's efficiency constants in the estimates.
     """
 
     FIELDS = {"topology": None, "node_topologies": None, "model": None, "model_path": None, "layout": "auto",
               "sglang_version": "0.5.9", "server_args": None, "host": "127.0.0.1", "port": 30000,
               "served_model_name": None, "nnodes": 1, "node_rank": 0, "dist_init_addr": None, "measured": None,
-              "gpus": None, "pp_layer_partition": None, "workload": None}
+              "gpus": None, "pp_layer_partition": None, "workload": None, "fits": None}
 
     def __init__(self, **fields):
         unknown = sorted(set(fields) - set(self.FIELDS))
@@ -946,6 +984,11 @@ def _prepare(request):
         raise PlanError(reasons)
 
     ctx = _Context(facts, nodes, values, nnodes_n, partition, workload)
+    ctx.fit = _machine_fit(r.fits, {facts["name"], served, os.path.basename(str(model_path).rstrip("/"))
+                                    if model_path else None} - {None},
+                           {_fingerprint(nodes)} | {n.fingerprint for n in nodes}, reasons)
+    if ctx.fit:
+        ctx.eff = dict(plan_perf.EFFICIENCY, **ctx.fit["efficiency"])
     total = sum(len(n.indices) for n in nodes) if nnodes_n == 1 else nnodes_n * min(len(n.indices) for n in nodes)
     layouts = enumerate_layouts(total, facts["moe"], nnodes_n) if total else []
     if wanted != "auto" and not any(all(l[k] == wanted[k] for k in ("tp", "pp", "dp", "ep")) for l in layouts):
@@ -1135,6 +1178,8 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
         "tp_groups": [g["gpus"] for g in placement["groups"][node_rank]],
         "node_rank": node_rank,
     }
+    if ctx.fit:
+        result["fit"] = public_fit(ctx.fit)
     if nnodes > 1:
         result["per_node"] = per_node
         result["cluster_fingerprint"] = fingerprint
