@@ -1,20 +1,21 @@
-#!/usr/bin/env python3
-"""Turn benchmark results into FINDINGS.md and PNG plots.
+"""Turn benchmark results into FINDINGS.md and PNG plots (the command is tools/report.py; the sglang_bench action
+plugin's state=report, which a tune runs, calls build()).
 
     tools/report.py RESULTS_DIR [--out DIR] [--model NAME] [--fingerprint FP]
 
 RESULTS_DIR is laid out as results/<model>/<topology fingerprint>/<layout>/<run id>.* (the bench stage writes it).
 Writes DIR/FINDINGS.md and DIR/plots/*.png (DIR defaults to RESULTS_DIR) and prints their paths. Per model x
 topology x workload: every layout x concurrency (output and total tok/s, TTFT p50/p99, ITL p50/p99, E2E p50), the best
-layout per concurrency and by how much, the winner, failures, and where the numbers come from. Results from the
-lab's simulator are marked SIMULATED in the text and on every plot.
+layout per concurrency and by how much, the winner, failures, and where the numbers come from. Per tune: the
+layouts it measured, predicted against measured, which prediction was wrong by how much, and the model's error on
+the machine before and after the fit. Results from the lab's simulator are marked SIMULATED in the text and on
+every plot. Controller code; matplotlib is imported only to draw.
 """
 import argparse
 import datetime
+import math
 import os
 import sys
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils import bench as results
 
@@ -118,7 +119,107 @@ def failure_lines(fails):
     return lines
 
 
-def findings_md(groups, fails, plots, source, now):
+def tune_title(tune):
+    return "Tune of %s on topology %s (%s, %s)%s" % (
+        tune.get("model"), tune.get("topology_fingerprint"), tune.get("host", "?"), tune.get("started", "?"),
+        " (SIMULATED)" if tune.get("simulated") else "")
+
+
+def tune_reference(tune):
+    """The layout both predictions and measurements are compared with: the model's pick when it was measured,
+    else the measured winner."""
+    measured = [r for r in tune["layouts"] if r.get("measured")]
+    pick = next((r for r in measured if r["layout"] == tune.get("predicted_winner") and r.get("predicted")), None)
+    return pick or max(measured, key=lambda r: r["measured"], default=None)
+
+
+def tune_rows(tune):
+    """Per layout: predicted and measured relative to the reference and how far off the prediction was
+    (measured ratio / predicted ratio)."""
+    ref = tune_reference(tune)
+    rows = []
+    for r in tune["layouts"]:
+        row = dict(r, predicted_rel=None, measured_rel=None, off=None)
+        if ref and r.get("predicted") and ref.get("predicted"):
+            row["predicted_rel"] = r["predicted"] / ref["predicted"]
+        if ref and r.get("measured"):
+            row["measured_rel"] = r["measured"] / ref["measured"]
+        if row["predicted_rel"] and row["measured_rel"] and r is not ref:
+            row["off"] = row["measured_rel"] / row["predicted_rel"]
+        rows.append(row)
+    return ref, rows
+
+
+def _pct(rel):
+    return "-" if rel is None else "%+.1f%%" % ((rel - 1) * 100)
+
+
+def tune_lines(tune, plots):
+    ref, rows = tune_rows(tune)
+    w = tune.get("workload") or {}
+    out = ["## " + tune_title(tune), ""]
+    if tune.get("simulated"):
+        out += ["**SIMULATED**: lab simulator numbers, not a GPU measurement.", ""]
+    out.append("Workload: input %s / output %s tokens at concurrency %s. The model picked **%s**; the measured "
+               "winner is **%s** (the plan's source: %s)." % (
+                   w.get("input_len", "?"), w.get("output_len", "?"), w.get("concurrency", "?"),
+                   tune.get("predicted_winner") or "?", tune.get("winner") or "?", tune.get("winner_source") or "?"))
+    out.append("")
+    name = ref["layout"] if ref else "-"
+    out += ["| layout | predicted tok/s | measured tok/s | predicted vs %s | measured vs %s | prediction off by | "
+            "this tune |" % (name, name), "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        what = r["status"]
+        if r["status"] == "failed":
+            what = "FAILED at %s: %s" % (r.get("stage") or "?", (r.get("message") or "")[:300])
+        elif r.get("run_id"):
+            what += " (run %s)" % r["run_id"]
+        out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+            r["layout"], fmt(r.get("predicted")), fmt(r.get("measured")),
+            "=" if r["layout"] == name else _pct(r["predicted_rel"]),
+            "=" if r["layout"] == name else _pct(r["measured_rel"]),
+            "-" if r["off"] is None else "x%.2f" % r["off"],
+            what.replace("|", "\\|").replace("\n", " ")))
+    wrong = [r for r in rows if r["off"] is not None and ((r["predicted_rel"] - 1) * (r["measured_rel"] - 1) < 0
+                                                          or abs(math.log(r["off"])) > (tune.get("error") or 0.0))]
+    out.append("")
+    if wrong:
+        for r in wrong:
+            out.append("- Wrong: %s was predicted %s than %s and measured %s: off by x%.2f." % (
+                r["layout"], _relative(r["predicted_rel"]), name, _relative(r["measured_rel"]), r["off"]))
+    elif ref:
+        out.append("- Every prediction of this tune was within the model's error of its measurement.")
+    out += ["- The model's error on this machine: %s." % fit_text(tune.get("fit"), tune.get("error")), ""]
+    for title, path in plots.get(tune_slug(tune), []):
+        out.append("![%s](%s)" % (title, path))
+    return out + [""]
+
+
+def _relative(rel):
+    if rel is None:
+        return "?"
+    return "%.1f%% %s" % (abs(rel - 1) * 100, "faster" if rel >= 1 else "slower")
+
+
+def fit_text(fit, error):
+    calibration = "" if error is None else " (calibration set: %.3f)" % error
+    if not fit:
+        return "no fit yet%s" % calibration
+    if fit.get("error_after") is None:
+        return "%s%s" % (fit.get("why") or "no fit", calibration)
+    text = "median |log ratio error| %.3f before the fit, %.3f after%s; fit of %s from %s measured points" % (
+        fit["error_before"], fit["error_after"], calibration,
+        ", ".join("%s %s" % kv for kv in sorted((fit.get("efficiency") or {}).items())) or "no constant",
+        fit.get("points", "?"))
+    return text + ("; a %s fit: %s" % (fit.get("quality"), fit["why"]) if fit.get("why") else "; a good fit")
+
+
+def tune_slug(tune):
+    return "tune_%s_%s_%s" % (results.safe_name(tune.get("model") or "model"), tune.get("topology_fingerprint"),
+                              tune.get("run_id"))
+
+
+def findings_md(groups, fails, plots, source, now, tunes=()):
     out = ["# Findings: which layout serves fastest", ""]
     if any(g["simulated"] for g in groups):
         out += [SIM_BANNER, ""]
@@ -138,6 +239,8 @@ def findings_md(groups, fails, plots, source, now):
             out.append("![%s](%s)" % (title, path))
         out += ["", "### Provenance", "", "Topology fingerprint `%s`." % group["topology_fingerprint"], ""]
         out += provenance(group) + [""]
+    for tune in tunes:
+        out += tune_lines(tune, plots)
     out += ["## Failures", ""]
     out += failure_lines(fails) if fails else ["None recorded."]
     return "\n".join(out) + "\n"
@@ -152,18 +255,18 @@ def _mark_simulated(fig, ax):
     fig.text(0.99, 0.01, "lab simulator, not GPU measurements", color="red", ha="right", va="bottom", fontsize=9)
 
 
-def _save(plt, fig, ax, group, out_dir, suffix, title):
+def _save(plt, fig, ax, group, out_dir, suffix, title, slug=None):
     """Title, grid, legend and the SIMULATED mark, then write plots/<slug>_<suffix>.png; returns (title, path)."""
     prefix = "SIMULATED: " if group["simulated"] else ""
     ax.set_title("%s%s\n%s, topology %s, in/out %s/%s tokens" % (
         prefix, title, group["model"], group["topology_fingerprint"], group["input_len"], group["output_len"]),
         fontsize=11)
     ax.grid(True, alpha=0.3)
-    ax.legend(title="layout")
+    ax.legend(title=None if slug else "layout")
     if group["simulated"]:
         _mark_simulated(fig, ax)
     fig.tight_layout()
-    path = os.path.join("plots", "%s_%s.png" % (group_slug(group), suffix))
+    path = os.path.join("plots", "%s.png" % "_".join(filter(None, (slug or group_slug(group), suffix))))
     fig.savefig(os.path.join(out_dir, path))
     plt.close(fig)
     return title, path
@@ -214,6 +317,44 @@ def plot_group(group, out_dir):
     return made
 
 
+def plot_tune(tune, out_dir):
+    """One PNG per tune: predicted and measured throughput of each layout relative to the reference layout."""
+    ref, rows = tune_rows(tune)
+    rows = [r for r in rows if r["predicted_rel"] is not None or r["measured_rel"] is not None]
+    if not ref or not rows:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(os.path.join(out_dir, "plots"), exist_ok=True)
+    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
+    xs = range(len(rows))
+    width = 0.38
+    for offset, key, label in ((-width / 2, "predicted_rel", "predicted (the model)"),
+                               (width / 2, "measured_rel", "measured")):
+        values = [r[key] or 0.0 for r in rows]
+        bars = ax.bar([x + offset for x in xs], values, width, label=label)
+        for bar, r in zip(bars, rows):
+            text = "failed" if key == "measured_rel" and r["status"] == "failed" else (
+                "-" if r[key] is None else "%.2f" % r[key])
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), textcoords="offset points",
+                        xytext=(0, 3), ha="center", fontsize=8)
+    ax.axhline(1.0, color="gray", linewidth=1, linestyle="--")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([r["layout"] + (" (pick)" if r["layout"] == tune.get("predicted_winner") else "")
+                        + (" (winner)" if r["layout"] == tune.get("winner") else "") for r in rows])
+    ax.set_ylabel("output throughput relative to %s" % ref["layout"])
+    w = tune.get("workload") or {}
+    group = {"simulated": tune.get("simulated"), "model": tune.get("model"),
+             "topology_fingerprint": tune.get("topology_fingerprint"), "input_len": w.get("input_len"),
+             "output_len": w.get("output_len")}
+    path = _save(plt, fig, ax, group, out_dir, "", "Tune %s: predicted vs measured at concurrency %s" % (
+        tune.get("run_id"), w.get("concurrency")), slug=tune_slug(tune))
+    return [path]
+
+
 # ---------------------------------------------------------------------------------------------------- main
 
 
@@ -228,12 +369,14 @@ def build(results_dir, out_dir=None, model=None, fingerprint=None, now=None):
             results_dir, "".join(" for %s" % x for x in (model, fingerprint) if x)))
     groups = results.summarize(runs)
     fails = results.failures(runs)
+    tunes = results.load_tunes(results_dir, model=model, fingerprint=fingerprint)
     os.makedirs(out_dir, exist_ok=True)
     plots = {group_slug(g): plot_group(g, out_dir) for g in groups}
+    plots.update({tune_slug(t): plot_tune(t, out_dir) for t in tunes})
     now = now or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     findings = os.path.join(out_dir, "FINDINGS.md")
     with open(findings, "w") as handle:
-        handle.write(findings_md(groups, fails, plots, results_dir, now))
+        handle.write(findings_md(groups, fails, plots, results_dir, now, tunes))
     return [findings] + [os.path.join(out_dir, p) for made in plots.values() for _, p in made]
 
 

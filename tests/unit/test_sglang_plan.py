@@ -90,13 +90,13 @@ def test_module_reads_a_model_given_directly(vnuma, run_module):
 # ------------------------------------------------------------------------------------------ the action plugin
 def test_measured_reads_the_bench_results(tmp_path, run_action):
     run_action(sglang_bench, record_args(tmp_path))
-    records = action.measured(str(tmp_path))
+    records = action.from_results(str(tmp_path))["measured"]
     assert [(m["model"], m["topology_fingerprint"], m["layout"], m["max_concurrency"], m["output_throughput"])
             for m in records] == [("glm-5-nvfp4", "a1b2c3d4e5f6", "tp8", 1, 321.0)]
 
 
 def test_measured_of_a_missing_tree_is_empty(tmp_path):
-    assert action.measured(str(tmp_path / "none")) == []
+    assert action.from_results(str(tmp_path / "none")) == {"measured": [], "fits": [], "failures": []}
 
 
 def test_measured_names_a_broken_tree(tmp_path, run_action):
@@ -104,7 +104,7 @@ def test_measured_names_a_broken_tree(tmp_path, run_action):
     meta = next(tmp_path.rglob("*.meta.json"))
     meta.write_text("{not json")
     with pytest.raises(AnsibleActionFail, match="cannot read the measured results in %s: .*meta.json" % tmp_path):
-        action.measured(str(tmp_path))
+        action.from_results(str(tmp_path))
 
 
 def _action(args):
