@@ -37,9 +37,10 @@ def delta_seconds(text):
     return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
 
 
-def unit_stops():
-    """[(stopping, stopped)] epoch seconds of the unit's stops, from its journal (host and controller share a clock)."""
-    rc, out = sweeplab.ssh("journalctl -u topolaunch-sglang.service -o short-unix --no-pager")
+def unit_stops(ssh=sweeplab.ssh):
+    """[(stopping, stopped)] epoch seconds of the unit's stops, from its journal (host and controller share a clock).
+    ssh: the lab host's (a PrivateLab's ssh)."""
+    rc, out = ssh("journalctl -u topolaunch-sglang.service -o short-unix --no-pager")
     if rc != 0:
         raise RuntimeError("cannot read the unit's journal on the lab host")
     stops, stopping = [], None
@@ -51,6 +52,20 @@ def unit_stops():
             stops.append((stopping, float(stamp)))
             stopping = None
     return stops
+
+
+def layout_costs(outcome, runs, stops):
+    """One measured layout's ([plan, relaunch, bench] seconds, load, stop, client, overhead), from its outcome (the
+    role tune's layout tasks: stage_started, finished, seconds, server_ready_s, run_id), the results' runs by run id +
+    layout and the unit's stops."""
+    marks = {k: float(v) for k, v in outcome["stage_started"].items()}
+    ends = dict(zip(STAGES, [marks[s] for s in STAGES[1:]] + [float(outcome["finished"])]))
+    stage_s = [ends[s] - marks[s] for s in STAGES]
+    meta = runs[outcome["run_id"] + outcome["layout"]]["meta"]
+    client = sum(delta_seconds(c["delta"]) for c in meta["client_runs"])
+    load = float(outcome["server_ready_s"] or 0.0)
+    stop = sum(b - a for a, b in stops if marks["relaunch"] <= a < marks["bench"])
+    return stage_s, load, stop, client, outcome["seconds"] - load - stop - client
 
 
 def main():
@@ -82,14 +97,7 @@ def main():
                 if outcome["status"] != "ok":
                     print("%-7s failed at %s: %s" % (outcome["layout"], outcome["stage"], outcome["message"]))
                     continue
-                marks = {k: float(v) for k, v in outcome["stage_started"].items()}
-                ends = dict(zip(STAGES, [marks[s] for s in STAGES[1:]] + [float(outcome["finished"])]))
-                stage_s = [ends[s] - marks[s] for s in STAGES]
-                meta = runs[outcome["run_id"] + outcome["layout"]]["meta"]
-                client = sum(delta_seconds(c["delta"]) for c in meta["client_runs"])
-                load = float(outcome["server_ready_s"] or 0.0)
-                stop = sum(b - a for a, b in stops if marks["relaunch"] <= a < marks["bench"])
-                overhead = outcome["seconds"] - load - stop - client
+                stage_s, load, stop, client, overhead = layout_costs(outcome, runs, stops)
                 worst = max(worst, overhead)
                 layout_total += outcome["seconds"]
                 print("%-7s %6.1f | %5.1f %8.1f %5.1f | %5.1f %5.1f %6.1f | %6.1f s" % (

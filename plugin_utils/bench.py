@@ -617,7 +617,8 @@ def load_fits(results_dir):
 def tune_record(selection, outcomes, candidates, plan, workload):
     """What a tune record keeps: per layout that could win or was measured at the workload, what the model predicted
     when the tune chose (selection, sglang_plan's `tune`), what was measured (the final plan's candidates), and what
-    happened in this tune (outcomes: {layout, status ok/failed, run_id, stage, message}); the winner, the model's
+    happened in this tune (outcomes: {layout, status ok/failed, run_id, stage, message, and the timings seconds,
+    stage_started, finished, server_ready_s}); the winner, the model's
     pick, this machine's fit (the final plan's)."""
     predicted = {r["name"]: r for r in (selection or {}).get("rows", [])}
     final = {c["name"]: c for c in candidates or [] if c.get("valid")}
@@ -634,7 +635,8 @@ def tune_record(selection, outcomes, candidates, plan, workload):
         rows.append({"layout": name, "predicted": (predicted.get(name) or {}).get("estimate"),
                      "measured": measured.get("output_throughput"), "status": status,
                      "run_id": out.get("run_id"), "stage": out.get("stage"), "message": out.get("message"),
-                     "seconds": out.get("seconds")})
+                     "seconds": out.get("seconds"), "stage_started": out.get("stage_started"),
+                     "finished": out.get("finished"), "server_ready_s": out.get("server_ready_s")})
     return {"workload": workload, "layouts": rows, "predicted_winner": (selection or {}).get("model_pick"),
             "winner": ((plan or {}).get("layout") or {}).get("name"), "winner_source": (plan or {}).get("source"),
             "error": (selection or {}).get("error"), "scale": (selection or {}).get("scale"),

@@ -400,7 +400,8 @@ def test_fits_are_read_per_machine(tmp_path):
 SELECTION = {"chosen": ["tp4pp2", "tp8", "tp2pp4"], "model_pick": "tp4pp2", "error": 0.183, "scale": 1.0,
              "rows": [{"name": "tp4pp2", "estimate": 217.0}, {"name": "tp8", "estimate": 212.0},
                       {"name": "tp2pp4", "estimate": 188.0}, {"name": "tp1pp8", "estimate": 113.0}]}
-OUTCOMES = [{"layout": "tp4pp2", "status": "ok", "run_id": "20261130T100100Z", "seconds": 40.0},
+OUTCOMES = [{"layout": "tp4pp2", "status": "ok", "run_id": "20261130T100100Z", "seconds": 40.0,
+             "stage_started": {"plan": 1.0, "relaunch": 2.0, "bench": 30.0}, "finished": 41.0, "server_ready_s": 20.0},
             {"layout": "tp8", "status": "ok", "run_id": "20261130T100200Z", "seconds": 41.0},
             {"layout": "tp2pp4", "status": "failed", "stage": "health", "message": "died while starting: OOM"}]
 CANDIDATES = [{"name": "tp8", "valid": True, "measured": {"output_throughput": 1800.0, "simulated": True}},
@@ -423,6 +424,8 @@ def test_a_tune_record_has_the_prediction_and_the_measurement_per_layout():
         ("tp4pp2", 217.0, 700.0, "measured"), ("tp8", 212.0, 1800.0, "measured"),
         ("tp2pp4", 188.0, None, "failed"), ("tp1pp8", 113.0, 300.0, "measured before")]
     assert data["layouts"][2]["message"] == "died while starting: OOM"
+    assert (data["layouts"][0]["stage_started"], data["layouts"][0]["finished"], data["layouts"][0]["server_ready_s"]) \
+        == ({"plan": 1.0, "relaunch": 2.0, "bench": 30.0}, 41.0, 20.0)   # the timings bench/tune_overhead.py reads
     assert (data["predicted_winner"], data["winner"], data["winner_source"]) == ("tp4pp2", "tp8", "measured")
     assert data["fit"]["error_after"] == 0.1 and data["simulated"] is True and data["error"] == 0.183
 
