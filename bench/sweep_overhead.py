@@ -68,6 +68,25 @@ def layout_costs(outcome, runs, stops):
     return stage_s, load, stop, client, outcome["seconds"] - load - stop - client
 
 
+def print_costs(outcomes, runs, stops):
+    """Print a table row per layout (its costs, layout_costs) or why it was not measured; returns (the worst
+    overhead, the layouts' seconds together). outcomes: the sweep's summary or a tune record's layouts."""
+    worst, total = 0.0, 0.0
+    print("%-9s %6s | %5s %8s %5s | %5s %5s %6s | %8s" % (
+        "layout", "wall", "plan", "relaunch", "bench", "load", "stop", "client", "overhead"))
+    for outcome in outcomes:
+        if outcome["status"] not in ("ok", "measured") or not outcome.get("stage_started"):
+            print("%-9s %s%s" % (outcome["layout"], outcome["status"], " at %s: %s" % (
+                outcome.get("stage"), outcome.get("message")) if outcome.get("message") else ""))
+            continue
+        stage_s, load, stop, client, overhead = layout_costs(outcome, runs, stops)
+        worst = max(worst, overhead)
+        total += outcome["seconds"]
+        print("%-9s %6.1f | %5.1f %8.1f %5.1f | %5.1f %5.1f %6.1f | %6.1f s" % (
+            outcome["layout"], outcome["seconds"], *stage_s, load, stop, client, overhead))
+    return worst, total
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layouts", default="tp8,tp4pp2")
@@ -90,18 +109,7 @@ def main():
             summary = json.loads((out / "sweep.json").read_text())
             runs = {r["run_id"] + r["layout"]: r for r in results.load_runs(str(out / "results"))}
             stops = unit_stops()
-            worst, layout_total = 0.0, 0.0
-            print("%-7s %6s | %5s %8s %5s | %5s %5s %6s | %8s" % (
-                "layout", "wall", "plan", "relaunch", "bench", "load", "stop", "client", "overhead"))
-            for outcome in summary["layouts"]:
-                if outcome["status"] != "ok":
-                    print("%-7s failed at %s: %s" % (outcome["layout"], outcome["stage"], outcome["message"]))
-                    continue
-                stage_s, load, stop, client, overhead = layout_costs(outcome, runs, stops)
-                worst = max(worst, overhead)
-                layout_total += outcome["seconds"]
-                print("%-7s %6.1f | %5.1f %8.1f %5.1f | %5.1f %5.1f %6.1f | %6.1f s" % (
-                    outcome["layout"], outcome["seconds"], *stage_s, load, stop, client, overhead))
+            worst, layout_total = print_costs(summary["layouts"], runs, stops)
             print("sweep total %.1f s, of which fixed (ansible start, topology, first plan, report, winner relaunch) "
                   "%.1f s" % (total, total - layout_total))
             print("sweep_overhead: worst per-layout overhead %.1f s (goal < %.0f s): %s" % (

@@ -24,7 +24,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "lab"))
 
-from sweep_overhead import layout_costs, unit_stops  # noqa: E402  pylint: disable=wrong-import-position
+from sweep_overhead import print_costs, unit_stops  # noqa: E402  pylint: disable=wrong-import-position
 from tunelab import TUNE  # noqa: E402  pylint: disable=wrong-import-position
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils import bench as results  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -51,19 +51,7 @@ def main():
             [tune] = results.load_tunes(str(out / "results"))
             runs = {r["run_id"] + r["layout"]: r for r in results.load_runs(str(out / "results"))}
             stops = unit_stops(TUNE.ssh)
-            worst, candidates_s = 0.0, 0.0
-            print("%-9s %6s | %5s %8s %5s | %5s %5s %6s | %8s" % (
-                "layout", "wall", "plan", "relaunch", "bench", "load", "stop", "client", "overhead"))
-            for row in tune["layouts"]:
-                if row["status"] != "measured":
-                    print("%-9s %s%s" % (row["layout"], row["status"],
-                                         ": %s" % row["message"] if row.get("message") else ""))
-                    continue
-                stage_s, load, stop, client, overhead = layout_costs(row, runs, stops)
-                worst = max(worst, overhead)
-                candidates_s += row["seconds"]
-                print("%-9s %6.1f | %5.1f %8.1f %5.1f | %5.1f %5.1f %6.1f | %6.1f s" % (
-                    row["layout"], row["seconds"], *stage_s, load, stop, client, overhead))
+            worst, candidates_s = print_costs(tune["layouts"], runs, stops)
             print("tune run total %.1f s, of which fixed (ansible start, provision checks, topology, plan, plan after "
                   "measuring, record, report, final relaunch and bench stages) %.1f s" % (total, total - candidates_s))
             print("tune_overhead: worst per-candidate overhead %.1f s (goal < %.0f s): %s" % (

@@ -692,21 +692,28 @@ def comparable_workload(record, workload):
             and near(record.get("output_len"), workload["output_len"]))
 
 
+def _records_of_machine(records, what, model_names, fingerprints, reasons):
+    """[(index, record)] of the records (a list of mappings: measured results, fits) of this model and fingerprint;
+    a bad shape is a reason naming `what`."""
+    if not records:
+        return []
+    if not isinstance(records, list):
+        reasons.append("%s must be a list of records, got %s" % (what, type(records).__name__))
+        return []
+    found = []
+    for k, rec in enumerate(records):
+        if not isinstance(rec, dict):
+            reasons.append("%s[%d] must be a mapping, got %r" % (what, k, rec))
+        elif rec.get("model") in model_names and rec.get("topology_fingerprint") in fingerprints:
+            found.append((k, rec))
+    return found
+
+
 def _measured_by_layout(measured, model_names, fingerprints, workload, reasons, warnings):
     """{layout name: {output_throughput, max_concurrency, simulated}} for this model and fingerprint at a
     comparable workload; measurements of this model and box at other workloads are named in a warning."""
     best, elsewhere = {}, set()
-    if not measured:
-        return best
-    if not isinstance(measured, list):
-        reasons.append("measured must be a list of records, got %s" % type(measured).__name__)
-        return best
-    for k, rec in enumerate(measured):
-        if not isinstance(rec, dict):
-            reasons.append("measured[%d] must be a mapping, got %r" % (k, rec))
-            continue
-        if rec.get("model") not in model_names or rec.get("topology_fingerprint") not in fingerprints:
-            continue
+    for k, rec in _records_of_machine(measured, "measured", model_names, fingerprints, reasons):
         try:
             layout = parse_layout(rec.get("layout"))
         except PlanError as exc:
@@ -762,17 +769,7 @@ def rank(candidates, measured):
 def _machine_fit(fits, model_names, fingerprints, reasons):
     """This model's and topology's fit (plan_fit.py, kept in results/<model>/<fingerprint>/fit.json): the record, or
     None. Its efficiency constants must be plan_perf's names with positive numbers."""
-    if not fits:
-        return None
-    if not isinstance(fits, list):
-        reasons.append("fits must be a list of fit records, got %s" % type(fits).__name__)
-        return None
-    for k, rec in enumerate(fits):
-        if not isinstance(rec, dict):
-            reasons.append("fits[%d] must be a mapping, got %r" % (k, rec))
-            continue
-        if rec.get("model") not in model_names or rec.get("topology_fingerprint") not in fingerprints:
-            continue
+    for k, rec in _records_of_machine(fits, "fits", model_names, fingerprints, reasons):
         eff = rec.get("efficiency")
         bad = ["%s=%r" % (key, v) for key, v in (eff.items() if isinstance(eff, dict) else [("efficiency", eff)])
                if key not in plan_perf.EFFICIENCY or isinstance(v, bool) or not isinstance(v, (int, float))

@@ -77,6 +77,18 @@ class PrivateLab:
              "root@127.0.0.1", command], capture_output=True, text=True, check=False, timeout=120)
         return proc.returncode, proc.stdout
 
+    def host_json(self, path):
+        """A JSON file of the host (state files: current_plan.json...), parsed; asserts it can be read."""
+        rc, out = self.ssh("cat " + path)
+        assert rc == 0, path
+        return json.loads(out)
+
+    def main_pid(self):
+        """The server unit's main pid (0: not running)."""
+        rc, out = self.ssh("systemctl show --property=MainPID --value topolaunch-sglang.service")
+        assert rc == 0
+        return int(out.strip())
+
     def up_and_provisioned(self):
         """Boot the host (reused when running) and provision it; returns the inventory directory."""
         self.write_inventory()
@@ -90,5 +102,6 @@ class PrivateLab:
 NAME, HOST, SSH_PORT, SERVER_PORT, REPO_PORT, SPEC = "bench-sweep", "bfield", 2231, 32000, 18083, FIELD_SPEC
 SWEEP = PrivateLab(NAME, HOST, SSH_PORT, SERVER_PORT, REPO_PORT, SPEC)
 INVENTORY = SWEEP.inventory
-write_inventory, lab, playbook, ssh, up_and_provisioned = (
-    SWEEP.write_inventory, SWEEP.lab, SWEEP.playbook, SWEEP.ssh, SWEEP.up_and_provisioned)
+write_inventory, lab, playbook, ssh, up_and_provisioned, host_json, main_pid = (
+    SWEEP.write_inventory, SWEEP.lab, SWEEP.playbook, SWEEP.ssh, SWEEP.up_and_provisioned, SWEEP.host_json,
+    SWEEP.main_pid)

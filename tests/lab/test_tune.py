@@ -30,16 +30,7 @@ def lab_host():
     TUNE.lab("down")
 
 
-def host_json(path):
-    rc, out = TUNE.ssh("cat " + path)
-    assert rc == 0, path
-    return json.loads(out)
-
-
-def main_pid():
-    rc, out = TUNE.ssh("systemctl show --property=MainPID --value topolaunch-sglang.service")
-    assert rc == 0
-    return int(out.strip())
+host_json, main_pid = TUNE.host_json, TUNE.main_pid
 
 
 def healthy():

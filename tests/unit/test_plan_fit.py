@@ -116,3 +116,11 @@ def test_the_planner_uses_the_fit_of_this_machine_only_and_refuses_a_broken_one(
         planner.plan(request(vnuma, fits=[dict(fit, efficiency={"step_ms": -1, "warp": 2.0})]))
     assert exc.value.reasons == ["fits[0] (glm-5-nvfp4 on %s): efficiency needs plan_perf.EFFICIENCY names with "
                                  "positive numbers, got step_ms=-1, warp=2.0" % vnuma["fingerprint"]]
+
+
+def test_fits_and_measurements_of_a_bad_shape_are_named(vnuma):
+    # measured and fits are read by one loop (planner._records_of_machine): each names its own field
+    with pytest.raises(planner.PlanError) as exc:
+        planner.plan(request(vnuma, fits={"model": "glm-5-nvfp4"}, measured=["tp8"]))
+    assert sorted(exc.value.reasons) == ["fits must be a list of records, got dict",
+                                         "measured[0] must be a mapping, got 'tp8'"]
