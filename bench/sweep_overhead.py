@@ -93,31 +93,37 @@ def main():
     parser.add_argument("--keep", action="store_true", help="leave the lab host running")
     args = parser.parse_args()
     layouts = [x for x in args.layouts.split(",") if x]
+    return measure_costs(
+        sweeplab.SWEEP, "sweep_overhead", "playbooks/sweep.yml",
+        lambda out: {"layouts": layouts, "topolaunch_results_dir": str(out / "results"),
+                     "sweep_summary_file": str(out / "sweep.json")},
+        lambda out: json.loads((out / "sweep.json").read_text())["layouts"],
+        "ansible start, topology, first plan, report, winner relaunch", GOAL_S, args.keep)
+
+
+def measure_costs(lab, name, playbook, extra, outcomes_of, fixed, goal, keep):
+    """Boot and provision the lab (a PrivateLab), run the playbook with extra(tmp dir) (results under tmp/results),
+    print the cost table of outcomes_of(tmp dir) and the fixed part; 0 when the worst overhead is under goal."""
     try:
-        sweeplab.up_and_provisioned()
+        lab.up_and_provisioned()
         with tempfile.TemporaryDirectory() as tmp:
             out = pathlib.Path(tmp)
             start = time.monotonic()
-            run = sweeplab.playbook("playbooks/sweep.yml", extra={
-                "layouts": layouts, "topolaunch_results_dir": str(out / "results"),
-                "sweep_summary_file": str(out / "sweep.json")})
+            run = lab.playbook(playbook, extra=extra(out))
             total = time.monotonic() - start
             if run.returncode != 0:
                 print(run.stdout[-6000:])
-                print("sweep_overhead: the sweep failed (rc %d)" % run.returncode)
+                print("%s: the playbook failed (rc %d)" % (name, run.returncode))
                 return 2
-            summary = json.loads((out / "sweep.json").read_text())
             runs = {r["run_id"] + r["layout"]: r for r in results.load_runs(str(out / "results"))}
-            stops = unit_stops()
-            worst, layout_total = print_costs(summary["layouts"], runs, stops)
-            print("sweep total %.1f s, of which fixed (ansible start, topology, first plan, report, winner relaunch) "
-                  "%.1f s" % (total, total - layout_total))
-            print("sweep_overhead: worst per-layout overhead %.1f s (goal < %.0f s): %s" % (
-                worst, GOAL_S, "OK" if worst < GOAL_S else "OVER GOAL"))
-            return 0 if worst < GOAL_S else 1
+            worst, layouts_s = print_costs(outcomes_of(out), runs, unit_stops(lab.ssh))
+            print("total %.1f s, of which fixed (%s) %.1f s" % (total, fixed, total - layouts_s))
+            print("%s: worst per-layout overhead %.1f s (goal < %.0f s): %s" % (
+                name, worst, goal, "OK" if worst < goal else "OVER GOAL"))
+            return 0 if worst < goal else 1
     finally:
-        if not args.keep:
-            sweeplab.lab("down")
+        if not keep:
+            lab.lab("down")
 
 
 if __name__ == "__main__":
