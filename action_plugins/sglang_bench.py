@@ -5,16 +5,21 @@ bench settings) under results_dir, or none; changes nothing. The bench role skip
 state=record: store one bench_serving run (or one failed sweep layout) under results_dir, never overwriting
 (plugin_utils/bench.py record_run); changed. In check mode nothing is written and the run id that would be used is
 returned. Formerly the module bench_record (delegated to localhost); that name is routed here.
+state=tune: store one tune's record (plugin_utils/bench.py tune_record, record_tune); changed.
+state=report: write FINDINGS.md and the plots (plugin_utils/report.py build); changed.
 """
+
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils import report as findings
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils.bench import (ResultsError, failure_message,
-                                                                              load_runs, measured_run, record_run)
+                                                                              load_runs, measured_run, record_run,
+                                                                              record_tune, tune_record)
 
 ARGUMENT_SPEC = {
-    "state": {"type": "str", "choices": ["record", "query"], "default": "record"},
+    "state": {"type": "str", "choices": ["record", "query", "tune", "report"], "default": "record"},
     "results_dir": {"type": "path", "required": True},
     "model": {"type": "str"},
     "topology_fingerprint": {"type": "str"},
@@ -29,8 +34,11 @@ ARGUMENT_SPEC = {
     "versions": {"type": "dict"},
     "client_error": {"type": "dict"},
     "error": {"type": "dict"},
+    "tune": {"type": "dict"},
+    "out_dir": {"type": "path"},
 }
-REQUIRED = {"record": ("model", "topology_fingerprint", "layout", "started"), "query": ("plan",)}
+REQUIRED = {"record": ("model", "topology_fingerprint", "layout", "started"), "query": ("plan",),
+            "tune": ("model", "topology_fingerprint", "started", "tune"), "report": ()}
 
 
 def query(p):
@@ -54,6 +62,24 @@ def record(p, check_mode):
     return dict(out, changed=True, message=message)
 
 
+def tune(p, check_mode):
+    """{run_id, files}; changed."""
+    t = p["tune"]
+    data = dict({k: v for k, v in t.items() if k not in ("selection", "outcomes", "candidates", "plan")},
+                **tune_record(t.get("selection"), t.get("outcomes"), t.get("candidates"), t.get("plan"),
+                              t.get("workload")))
+    out = record_tune(p["results_dir"], p["model"], p["topology_fingerprint"], p["started"], data,
+                      write=not check_mode)
+    return {"changed": True, "run_id": out["run_id"], "files": [out["file"]]}
+
+
+def report(p, check_mode):
+    """{files}; changed. In check mode nothing is written."""
+    if check_mode:
+        return {"changed": True, "files": []}
+    return {"changed": True, "files": findings.build(p["results_dir"], p["out_dir"] or p["results_dir"])}
+
+
 class ActionModule(ActionBase):
     """sglang_bench, controller side only."""
 
@@ -70,7 +96,10 @@ class ActionModule(ActionBase):
         if missing:
             raise AnsibleActionFail("sglang_bench: state %s needs %s" % (p["state"], ", ".join(missing)))
         try:
-            result.update(query(p) if p["state"] == "query" else record(p, self._task.check_mode))
+            if p["state"] == "query":
+                result.update(query(p))
+            else:
+                result.update({"record": record, "tune": tune, "report": report}[p["state"]](p, self._task.check_mode))
         except (ResultsError, OSError) as exc:
             raise AnsibleActionFail("sglang_bench: %s" % exc)
         result["stage"] = "bench"

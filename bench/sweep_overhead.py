@@ -37,9 +37,10 @@ def delta_seconds(text):
     return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
 
 
-def unit_stops():
-    """[(stopping, stopped)] epoch seconds of the unit's stops, from its journal (host and controller share a clock)."""
-    rc, out = sweeplab.ssh("journalctl -u topolaunch-sglang.service -o short-unix --no-pager")
+def unit_stops(ssh=sweeplab.ssh):
+    """[(stopping, stopped)] epoch seconds of the unit's stops, from its journal (host and controller share a clock).
+    ssh: the lab host's (a PrivateLab's ssh)."""
+    rc, out = ssh("journalctl -u topolaunch-sglang.service -o short-unix --no-pager")
     if rc != 0:
         raise RuntimeError("cannot read the unit's journal on the lab host")
     stops, stopping = [], None
@@ -53,55 +54,76 @@ def unit_stops():
     return stops
 
 
+def layout_costs(outcome, runs, stops):
+    """One measured layout's ([plan, relaunch, bench] seconds, load, stop, client, overhead), from its outcome (the
+    role tune's layout tasks: stage_started, finished, seconds, server_ready_s, run_id), the results' runs by run id +
+    layout and the unit's stops."""
+    marks = {k: float(v) for k, v in outcome["stage_started"].items()}
+    ends = dict(zip(STAGES, [marks[s] for s in STAGES[1:]] + [float(outcome["finished"])]))
+    stage_s = [ends[s] - marks[s] for s in STAGES]
+    meta = runs[outcome["run_id"] + outcome["layout"]]["meta"]
+    client = sum(delta_seconds(c["delta"]) for c in meta["client_runs"])
+    load = float(outcome["server_ready_s"] or 0.0)
+    stop = sum(b - a for a, b in stops if marks["relaunch"] <= a < marks["bench"])
+    return stage_s, load, stop, client, outcome["seconds"] - load - stop - client
+
+
+def print_costs(outcomes, runs, stops):
+    """Print a table row per layout (its costs, layout_costs) or why it was not measured; returns (the worst
+    overhead, the layouts' seconds together). outcomes: the sweep's summary or a tune record's layouts."""
+    worst, total = 0.0, 0.0
+    print("%-9s %6s | %5s %8s %5s | %5s %5s %6s | %8s" % (
+        "layout", "wall", "plan", "relaunch", "bench", "load", "stop", "client", "overhead"))
+    for outcome in outcomes:
+        if outcome["status"] not in ("ok", "measured") or not outcome.get("stage_started"):
+            print("%-9s %s%s" % (outcome["layout"], outcome["status"], " at %s: %s" % (
+                outcome.get("stage"), outcome.get("message")) if outcome.get("message") else ""))
+            continue
+        stage_s, load, stop, client, overhead = layout_costs(outcome, runs, stops)
+        worst = max(worst, overhead)
+        total += outcome["seconds"]
+        print("%-9s %6.1f | %5.1f %8.1f %5.1f | %5.1f %5.1f %6.1f | %6.1f s" % (
+            outcome["layout"], outcome["seconds"], *stage_s, load, stop, client, overhead))
+    return worst, total
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--layouts", default="tp8,tp4pp2")
     parser.add_argument("--keep", action="store_true", help="leave the lab host running")
     args = parser.parse_args()
     layouts = [x for x in args.layouts.split(",") if x]
+    return measure_costs(
+        sweeplab.SWEEP, "sweep_overhead", "playbooks/sweep.yml",
+        lambda out: {"layouts": layouts, "topolaunch_results_dir": str(out / "results"),
+                     "sweep_summary_file": str(out / "sweep.json")},
+        lambda out: json.loads((out / "sweep.json").read_text())["layouts"],
+        "ansible start, topology, first plan, report, winner relaunch", GOAL_S, args.keep)
+
+
+def measure_costs(lab, name, playbook, extra, outcomes_of, fixed, goal, keep):
+    """Boot and provision the lab (a PrivateLab), run the playbook with extra(tmp dir) (results under tmp/results),
+    print the cost table of outcomes_of(tmp dir) and the fixed part; 0 when the worst overhead is under goal."""
     try:
-        sweeplab.up_and_provisioned()
+        lab.up_and_provisioned()
         with tempfile.TemporaryDirectory() as tmp:
             out = pathlib.Path(tmp)
             start = time.monotonic()
-            run = sweeplab.playbook("playbooks/sweep.yml", extra={
-                "layouts": layouts, "topolaunch_results_dir": str(out / "results"),
-                "sweep_summary_file": str(out / "sweep.json")})
+            run = lab.playbook(playbook, extra=extra(out))
             total = time.monotonic() - start
             if run.returncode != 0:
                 print(run.stdout[-6000:])
-                print("sweep_overhead: the sweep failed (rc %d)" % run.returncode)
+                print("%s: the playbook failed (rc %d)" % (name, run.returncode))
                 return 2
-            summary = json.loads((out / "sweep.json").read_text())
             runs = {r["run_id"] + r["layout"]: r for r in results.load_runs(str(out / "results"))}
-            stops = unit_stops()
-            worst, layout_total = 0.0, 0.0
-            print("%-7s %6s | %5s %8s %5s | %5s %5s %6s | %8s" % (
-                "layout", "wall", "plan", "relaunch", "bench", "load", "stop", "client", "overhead"))
-            for outcome in summary["layouts"]:
-                if outcome["status"] != "ok":
-                    print("%-7s failed at %s: %s" % (outcome["layout"], outcome["stage"], outcome["message"]))
-                    continue
-                marks = {k: float(v) for k, v in outcome["stage_started"].items()}
-                ends = dict(zip(STAGES, [marks[s] for s in STAGES[1:]] + [float(outcome["finished"])]))
-                stage_s = [ends[s] - marks[s] for s in STAGES]
-                meta = runs[outcome["run_id"] + outcome["layout"]]["meta"]
-                client = sum(delta_seconds(c["delta"]) for c in meta["client_runs"])
-                load = float(outcome["server_ready_s"] or 0.0)
-                stop = sum(b - a for a, b in stops if marks["relaunch"] <= a < marks["bench"])
-                overhead = outcome["seconds"] - load - stop - client
-                worst = max(worst, overhead)
-                layout_total += outcome["seconds"]
-                print("%-7s %6.1f | %5.1f %8.1f %5.1f | %5.1f %5.1f %6.1f | %6.1f s" % (
-                    outcome["layout"], outcome["seconds"], *stage_s, load, stop, client, overhead))
-            print("sweep total %.1f s, of which fixed (ansible start, topology, first plan, report, winner relaunch) "
-                  "%.1f s" % (total, total - layout_total))
-            print("sweep_overhead: worst per-layout overhead %.1f s (goal < %.0f s): %s" % (
-                worst, GOAL_S, "OK" if worst < GOAL_S else "OVER GOAL"))
-            return 0 if worst < GOAL_S else 1
+            worst, layouts_s = print_costs(outcomes_of(out), runs, unit_stops(lab.ssh))
+            print("total %.1f s, of which fixed (%s) %.1f s" % (total, fixed, total - layouts_s))
+            print("%s: worst per-layout overhead %.1f s (goal < %.0f s): %s" % (
+                name, worst, goal, "OK" if worst < goal else "OVER GOAL"))
+            return 0 if worst < goal else 1
     finally:
-        if not args.keep:
-            sweeplab.lab("down")
+        if not keep:
+            lab.lab("down")
 
 
 if __name__ == "__main__":

@@ -18,12 +18,18 @@ description:
   - A point whose line is missing, whose client failed (O(client_error)) or whose C(completed) is below the prompts
     asked is a failure; failures (and O(error)) are written to C(<run id>.error.json) and returned in C(failures).
     It does not fail on them; the caller fails the stage with C(message).
+  - O(state=tune) stores one tune (layout C(tune)) as C(<results_dir>/<model>/<topology_fingerprint>/tune-<run id>.json) -
+    per layout the model's prediction when the tune chose, the measurement at the workload, what happened to it in
+    this tune; the model's pick, the winner, this machine's fit. Created exclusively, never overwritten.
+  - O(state=report) writes C(FINDINGS.md) and C(plots/) from the results tree into O(out_dir) (tools/report.py's
+    code, in-process).
   - In check mode nothing is written; the result says which run id would be used.
 options:
   state:
-    description: C(query) finds a run of this server at this workload; C(record) stores one.
+    description: C(query) finds a run of this server at this workload; C(record) stores one; C(tune) stores a tune;
+      C(report) writes FINDINGS.md and the plots.
     type: str
-    choices: [record, query]
+    choices: [record, query, tune, report]
     default: record
   results_dir:
     description: Root of the results tree on the controller.
@@ -75,6 +81,15 @@ options:
   error:
     description: A failure outside the client, with C(stage) and C(message) (a sweep layout that did not come up).
     type: dict
+  tune:
+    description:
+      - O(state=tune) - C(selection) (sglang_plan's C(tune) when the tune chose), C(outcomes) (per layout measured in
+        this tune - layout, status ok or failed, run_id, stage, message), C(candidates) and C(plan) (the plan made
+        after measuring), C(workload), and anything else to keep (host, finished).
+    type: dict
+  out_dir:
+    description: O(state=report) - where FINDINGS.md and plots/ go; default O(results_dir).
+    type: path
 author:
   - topolaunch project (@topolaunch)
 """
@@ -99,6 +114,11 @@ EXAMPLES = r"""
     points: [{max_concurrency: 1, num_prompts: 8}]
     lines: "{{ bench_output.content | b64decode }}"
 
+- name: Write FINDINGS.md and the plots
+  topolaunch.sglang.sglang_bench:
+    state: report
+    results_dir: "{{ playbook_dir }}/results"
+
 - name: Record a sweep layout that failed at launch
   topolaunch.sglang.sglang_bench:
     results_dir: results
@@ -116,12 +136,12 @@ measured_run:
   type: dict
 run_id:
   description: The run id used (or that would be used in check mode).
-  returned: state record
+  returned: state record and tune
   type: str
   sample: 20261130T101502Z
 files:
   description: Paths written (or that would be written).
-  returned: state record
+  returned: state record, tune and report
   type: list
   elements: str
 points:

@@ -11,6 +11,11 @@ description:
     C(sglang.launch_server) arguments of the pinned SGLang version, PP layer split, memory fit - and explains it.
   - Every layout for the GPU count is a candidate, valid or not with all its reasons; C(auto) ranks valid ones by
     measured results for this model and topology fingerprint, else by the performance model's estimate at the workload.
+  - Measurements of this model and topology also fit the model's efficiency constants to this machine (the fit
+    corrects the estimates of the layouts not measured yet); the fit given in O(fits) is used while it was made from
+    the same measurements, else a new one is made and returned as C(fit).
+  - C(tune) plans as C(auto) and also returns which layouts could win and are to be measured (C(tune)), for the
+    tune role.
   - An invalid explicit layout, or any bad input, fails with every reason before anything changes on a host.
   - Changes nothing on the host; runs the same in check mode. Reads the model directory on the target, and NVML
     there (like gpu_topology, so under the tools venv python) when neither O(topology) nor O(node_topologies) is
@@ -51,7 +56,9 @@ options:
       C(total_size) (weight bytes), optional C(name).
     type: dict
   layout:
-    description: C(auto), a name (C(tp8), C(tp4pp2), C(tp2pp2ep2), C(tp4dp2)) or a mapping with tp, pp, dp, ep.
+    description:
+      - C(auto), C(tune), a name (C(tp8), C(tp4pp2), C(tp2pp2ep2), C(tp4dp2)) or a mapping with tp, pp, dp, ep.
+      - C(tune) plans as C(auto) and returns the layouts to measure as C(tune).
     type: raw
     default: auto
   sglang_version:
@@ -88,6 +95,33 @@ options:
     description: Measured records (model, topology_fingerprint, layout, output_throughput, max_concurrency).
     type: list
     elements: dict
+    default: []
+  fits:
+    description:
+      - Fits of the model to machines (C(results/<model>/<fingerprint>/fit.json)); the one of this model and topology
+        replaces the committed efficiency constants in the estimates while it was made from the measurements given.
+    type: list
+    elements: dict
+    default: []
+  failures:
+    description:
+      - Layouts that failed to start on a machine (records with model, topology_fingerprint, layout, stage); with
+        C(layout=tune) they are not measured again unless O(tune_remeasure).
+    type: list
+    elements: dict
+    default: []
+  tune_max:
+    description: With C(layout=tune), how many layouts may be measured (measured ones count).
+    type: int
+    default: 3
+  tune_remeasure:
+    description: With C(layout=tune), measure again the layouts measured already (and those that failed).
+    type: bool
+    default: false
+  tune_layouts:
+    description: With C(layout=tune), measure these layouts instead of those the model picks.
+    type: list
+    elements: str
     default: []
   gpus:
     description: GPU indices the plan may use (default all).
@@ -163,6 +197,17 @@ plan:
     layout: {tp: 4, pp: 2, dp: 1, ep: 1, nnodes: 1, name: tp4pp2}
     cuda_visible_devices: "0,1,2,3,4,5,6,7"
     argv: ["--model-path", "/srv/models/glm-5-nvfp4", "--tp-size", "4", "--pp-size", "2"]
+fit:
+  description: The fit of the model to this machine made in this call (to be saved as
+    C(results/<model>/<fingerprint>/fit.json) - efficiency, constants, points, ratios, error_before, error_after,
+    quality, why, basis); the plan's C(fit) says which fit its estimates use.
+  returned: when the measurements of this machine changed since the fit given
+  type: dict
+tune:
+  description: With C(layout=tune), which layouts could win - measure (to measure, best first), chosen, rows (one per
+    valid layout - name, estimate, measured, figure, status, note), scale, error, max.
+  returned: when layout is tune
+  type: dict
 candidates:
   description: The candidates table beside the plan - every layout considered, valid or not, with its reasons,
     score, source and estimate, best first. On failure, the table as readable lines, when it got that far.
@@ -190,7 +235,9 @@ import json
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.topolaunch.sglang.plugins.module_utils.nccl_topo import written_for
-from ansible_collections.topolaunch.sglang.plugins.module_utils.planner import PlanError, PlanRequest, candidate_table, plan, render_report
+from ansible_collections.topolaunch.sglang.plugins.module_utils.plan_fit import plan_with_fit
+from ansible_collections.topolaunch.sglang.plugins.module_utils.planner import PlanError, PlanRequest, candidate_table, render_report
+from ansible_collections.topolaunch.sglang.plugins.module_utils.tune import TUNE_OPTIONS, tune_plan
 from ansible_collections.topolaunch.sglang.plugins.module_utils.topology import TopologyError, import_nvml, read_topology
 
 ARGUMENT_SPEC = {
@@ -211,6 +258,11 @@ ARGUMENT_SPEC = {
     "gpus": {"type": "list", "elements": "int"},
     "pp_layer_partition": {"type": "list", "elements": "int"},
     "workload": {"type": "dict"},
+    "fits": {"type": "list", "elements": "dict", "default": []},
+    "failures": {"type": "list", "elements": "dict", "default": []},
+    "tune_max": {"type": "int", "default": 3},
+    "tune_remeasure": {"type": "bool", "default": False},
+    "tune_layouts": {"type": "list", "elements": "str", "default": []},
     "sglang_python": {"type": "str"},
     "sysfs_root": {"type": "path", "default": "/sys"},
     "preflight_record": {"type": "path"},
@@ -248,16 +300,25 @@ def main():
                              "ansible-playbook deploy.yml --tags preflight)" % (record_path, exc), stage="plan")
     topo_file = p.pop("nccl_topo_file")
     p["nccl_topo_file"] = topo_file if topo_file and written_for(topo_file, fingerprint) else None
+    options = {key: p.pop(key) for key in TUNE_OPTIONS}
+    tuning = p["layout"] == "tune"
     try:
-        result = plan(PlanRequest(**p))
+        if tuning:
+            result, fit, tune = tune_plan(PlanRequest(**dict(p, layout="auto")), **options)
+        else:
+            (result, fit), tune = plan_with_fit(PlanRequest(**p)), None
     except PlanError as exc:
         module.fail_json(msg="sglang_plan: %d problem(s): %s" % (len(exc.reasons), " | ".join(exc.reasons)),
                          reasons=exc.reasons, candidates=candidate_table(exc.partial.get("candidates", [])),
                          stage="plan")
     report = render_report(result, python)
     candidates = result.pop("candidates")          # beside the plan, not inside it
+    extra = {"fit": fit} if fit else {}
+    if tune:
+        extra["tune"] = tune
+        report += tune["report"]
     module.exit_json(changed=False, plan=result, candidates=candidates, report=report, ansible_facts=facts,
-                     stage="plan")
+                     stage="plan", **extra)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,12 @@ On-disk layout (one directory per model x topology fingerprint x layout, one run
                                                      <run id>.topology.json  the topology facts
                                                      <run id>.versions.json  sglang, driver, CUDA, topolaunch commit
                                                      <run id>.error.json     only when something failed
+    results/<model>/<topology fingerprint>/fit.json                   the model fitted to this machine (plan_fit.py)
+    results/<model>/<topology fingerprint>/tune-<run id>.json         one tune: predicted and measured per layout
 
 The run id is the UTC start time with seconds (20261130T101502Z), with -2, -3... appended when that id is
-taken. Every file is created exclusively: a result is never overwritten.
+taken. Every file is created exclusively: a result is never overwritten. The meta file is written last: a run
+whose output has no meta file beside it was cut short while it was being stored and counts for nothing.
 
 bench_serving writes one JSON line per run (see docs/DESIGN.md, "Benchmark results"). It does not write how many
 prompts were asked for, so the meta file keeps it; a line with completed < num_prompts is a partial failure.
@@ -363,7 +366,6 @@ def record_run(results_dir, model, fingerprint, layout, started, requested, line
     files = []
     if requested:
         files.append((".jsonl", lines or ""))
-        files.append((".meta.json", _dump(run_meta)))
     for suffix, obj in ((".plan.json", plan), (".topology.json", topology), (".versions.json", versions)):
         if obj:
             files.append((suffix, _dump(obj)))
@@ -374,6 +376,8 @@ def record_run(results_dir, model, fingerprint, layout, started, requested, line
             "message": (error or {}).get("message") or failure_message(layout, failures),
             "failures": failures,
         })))
+    if requested:
+        files.append((".meta.json", _dump(run_meta)))   # last: what makes the run complete
     if not files:
         raise ResultsError("nothing to record for layout %s: no points asked and no error given" % layout)
     run_id = reserve_run(directory, run_id_for(started), files[0][0], files[0][1], create=write)
@@ -449,11 +453,13 @@ def _load_layout_dir(path, model, fingerprint, layout):
             file = "%s.%s.json" % (base, key)
             extra[key] = _read_json(file) if os.path.exists(file) else None
         meta = extra["meta"] or {}
+        # output without its meta file: storing it was cut short (the meta file is written last)
+        incomplete = os.path.exists(base + ".jsonl") and extra["meta"] is None
         prompts = {}
         for p in meta.get("points", []):
             prompts[p.get("max_concurrency")] = p.get("num_prompts")
         points = []
-        if os.path.exists(base + ".jsonl"):
+        if os.path.exists(base + ".jsonl") and not incomplete:
             with open(base + ".jsonl") as handle:
                 try:
                     points = parse_jsonl(handle.read(), prompts, where=base + ".jsonl")
@@ -470,6 +476,7 @@ def _load_layout_dir(path, model, fingerprint, layout):
             "dir": path,
             "points": points,
             "simulated": any(p["simulated"] for p in points) or is_simulated({}, version),
+            "incomplete": incomplete,
         }
         run.update(extra)
         for point in points:
@@ -577,6 +584,10 @@ def failures(runs):
             found.append({"model": run["model"], "topology_fingerprint": run["topology_fingerprint"],
                           "layout": run["layout"], "run_id": run["run_id"],
                           "stage": run["error"].get("stage", "?"), "message": run["error"].get("message", "")})
+        elif run.get("incomplete"):
+            found.append({"model": run["model"], "topology_fingerprint": run["topology_fingerprint"],
+                          "layout": run["layout"], "run_id": run["run_id"], "stage": "bench",
+                          "message": "incomplete: storing the run was cut short (no meta file); it counts for nothing"})
         elif any(p["status"] != STATUS_OK for p in run["points"]):
             bad = [p for p in run["points"] if p["status"] != STATUS_OK]
             found.append({"model": run["model"], "topology_fingerprint": run["topology_fingerprint"],
@@ -609,3 +620,121 @@ def measured_records(runs, model=None, fingerprint=None):
                     "run_id": p["run_id"], "simulated": p["simulated"], "source": "measured",
                 })
     return records
+
+
+def latest_failures(runs):
+    """Per model x fingerprint x layout whose newest run failed (an error file): that failure, as failures() words
+    it. A tune does not measure again a layout whose newest run failed to start."""
+    newest = {}
+    for run in runs:
+        newest[(run["model"], run["topology_fingerprint"], run["layout"])] = run
+    return [f for f in failures([r for r in newest.values() if r["error"]])]
+
+
+# ---------------------------------------------------------------------------------------------------- fits, tunes
+
+
+FIT_FILE = "fit.json"
+_TUNE_RE = re.compile(r"^tune-(\d{8}T\d{6}Z(?:-\d+)?)\.json$")
+
+
+def fit_path(results_dir, model, fingerprint):
+    return os.path.join(results_dir, safe_name(model), safe_name(fingerprint), FIT_FILE)
+
+
+def _machine_dirs(results_dir, model=None, fingerprint=None):
+    """(model dir name, fingerprint dir name, path) of every model x fingerprint directory."""
+    if not os.path.isdir(results_dir):
+        return
+    for model_name in sorted(os.listdir(results_dir)):
+        model_path = os.path.join(results_dir, model_name)
+        if not os.path.isdir(model_path) or model_name.startswith(".") or \
+                (model is not None and model_name != safe_name(model)):
+            continue
+        for fp in sorted(os.listdir(model_path)):
+            fp_path = os.path.join(model_path, fp)
+            if os.path.isdir(fp_path) and (fingerprint is None or fp == safe_name(fingerprint)):
+                yield model_name, fp, fp_path
+
+
+def load_fits(results_dir):
+    """Every machine's fit under results_dir (fit.json per model x fingerprint), for the planner."""
+    fits = []
+    for _model, _fp, path in _machine_dirs(results_dir):
+        file = os.path.join(path, FIT_FILE)
+        if os.path.isfile(file):
+            fit = _read_json(file)
+            if not isinstance(fit, dict):
+                raise ResultsError("%s: a fit must be a JSON object" % file)
+            fits.append(fit)
+    return fits
+
+
+def tune_record(selection, outcomes, candidates, plan, workload):
+    """What a tune record keeps: per layout that could win or was measured at the workload, what the model predicted
+    when the tune chose (selection, sglang_plan's `tune`), what was measured (the final plan's candidates), and what
+    happened in this tune (outcomes: {layout, status ok/failed, run_id, stage, message, and the timings seconds,
+    stage_started, finished, server_ready_s}); the winner, the model's
+    pick, this machine's fit (the final plan's)."""
+    predicted = {r["name"]: r for r in (selection or {}).get("rows", [])}
+    final = {c["name"]: c for c in candidates or [] if c.get("valid")}
+    done = {o["layout"]: o for o in outcomes or []}
+    names = list((selection or {}).get("chosen", []))
+    names += [n for n in done if n not in names]
+    names += sorted(n for n, c in final.items() if c.get("measured") and n not in names)
+    rows = []
+    for name in names:
+        out = done.get(name, {})
+        measured = (final.get(name) or {}).get("measured") or {}
+        status = {"ok": "measured", "failed": "failed"}.get(out.get("status"), "measured before" if measured
+                                                              else "not measured")
+        rows.append({"layout": name, "predicted": (predicted.get(name) or {}).get("estimate"),
+                     "measured": measured.get("output_throughput"), "status": status,
+                     "run_id": out.get("run_id"), "stage": out.get("stage"), "message": out.get("message"),
+                     "seconds": out.get("seconds"), "stage_started": out.get("stage_started"),
+                     "finished": out.get("finished"), "server_ready_s": out.get("server_ready_s")})
+    return {"workload": workload, "layouts": rows, "predicted_winner": (selection or {}).get("model_pick"),
+            "winner": ((plan or {}).get("layout") or {}).get("name"), "winner_source": (plan or {}).get("source"),
+            "error": (selection or {}).get("error"), "scale": (selection or {}).get("scale"),
+            "fit": (plan or {}).get("fit"),
+            "simulated": any(((c.get("measured") or {}).get("simulated")) for c in final.values())}
+
+
+def record_tune(results_dir, model, fingerprint, started, tune, write=True):
+    """Store one tune's record (what was predicted, what was measured) as tune-<run id>.json beside the layouts;
+    never overwritten. Returns {run_id, file}."""
+    if not isinstance(tune, dict):
+        raise ResultsError("a tune record must be a mapping, got %r" % (tune,))
+    directory = os.path.join(results_dir, safe_name(model), safe_name(fingerprint))
+    data = _dump(dict(tune, schema=SCHEMA_VERSION, model=model, topology_fingerprint=fingerprint, started=started))
+    run_id = run_id_for(started)
+    if write:
+        os.makedirs(directory, exist_ok=True)
+    taken = set(os.listdir(directory)) if os.path.isdir(directory) else set()
+    for n in range(1, 1000):
+        candidate = run_id if n == 1 else "%s-%d" % (run_id, n)
+        path = os.path.join(directory, "tune-%s.json" % candidate)
+        if os.path.basename(path) in taken:
+            continue
+        if write:
+            try:
+                _write_new(path, data)
+            except FileExistsError:
+                continue
+        return {"run_id": candidate, "file": path}
+    raise ResultsError("more than 999 tunes with id %s in %s" % (run_id, directory))
+
+
+def load_tunes(results_dir, model=None, fingerprint=None):
+    """Every tune record under results_dir (optionally one model and/or fingerprint), oldest first."""
+    tunes = []
+    for _model, _fp, path in _machine_dirs(results_dir, model, fingerprint):
+        for name in sorted(os.listdir(path)):
+            match = _TUNE_RE.match(name)
+            if match:
+                tune = _read_json(os.path.join(path, name))
+                if not isinstance(tune, dict):
+                    raise ResultsError("%s: a tune record must be a JSON object" % os.path.join(path, name))
+                tunes.append(dict(tune, run_id=match.group(1), file=os.path.join(path, name)))
+    tunes.sort(key=lambda t: t["run_id"])
+    return tunes

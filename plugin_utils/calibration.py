@@ -28,27 +28,17 @@ import tempfile
 import yaml
 
 from ansible_collections.topolaunch.sglang.plugins.module_utils import plan_perf, planner
-from ansible_collections.topolaunch.sglang.plugins.module_utils.plan_score import estimate
+from ansible_collections.topolaunch.sglang.plugins.module_utils.plan_fit import FIT, coordinate_search, median
+from ansible_collections.topolaunch.sglang.plugins.module_utils.plan_fit import predict as predict_inputs
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils import spec_facts
 
 # The repository the set lives in: this file's through the collection's symlinked view (tests that import the
 # built collection set it to their own checkout).
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TIE = 0.05
-# What the fit may move: bounds, and the prior (the physically expected value and how far, in log terms, the
-# fit may pull it: a least-squares fit with a prior, so that a few cases cannot drag a constant anywhere).
-# key: (lower bound, upper bound, prior, log width)
-FIT = {
-    "gemm": (0.2, 0.95, 0.70, 0.3),
-    "attention": (0.1, 0.9, 0.50, 0.5),
-    "memory": (0.4, 0.95, 0.80, 0.2),
-    "layer_us": (2.0, 400.0, 20.0, 1.5),
-    "eager_factor": (1.0, 20.0, 4.0, 1.0),
-    "step_ms": (0.1, 30.0, 1.5, 1.5),
-    "request_us": (0.5, 200.0, 12.0, 1.5),
-    "shard_width": (16.0, 2048.0, 256.0, 1.5),
-    "ep_skew": (0.01, 1.0, 0.15, 1.5),
-}
+# What the fit may move is plan_fit.FIT: bounds, the physically expected value (the prior) and how far, in log terms,
+# the fit may pull it - a fit with a prior, so that a few cases cannot drag a constant anywhere. This is the weight
+# of that pull in the objective.
 PRIOR_WEIGHT = 4.0
 
 
@@ -103,11 +93,7 @@ def replay(case, tmp):
 
 
 def predict(entry, eff):
-    if not entry["inputs"]:
-        return 0.0
-    i = entry["inputs"]
-    return estimate(i["model"], i["layout"], i["stages"], i["links"], i["gpu"], i["workload"], i["kv_tokens"],
-                    i["settings"], shape=i["shape"], eff=eff)["tokens_per_s"]
+    return predict_inputs(entry["inputs"], eff)
 
 
 def score_case(entries, eff):
@@ -161,28 +147,8 @@ def objective(cases, eff):
 
 
 def fit(cases, start=None, rounds=3, points=13):
-    """Coordinate search: each constant in turn over its whole range (log-spaced points between its bounds) and
-    kept at the best objective, the others held; a few rounds. Deterministic, and it crosses the plateaus that rank
-    counts make."""
-    eff = dict(start or priors())
-    best = objective(cases, eff)
-    for _round in range(rounds):
-        moved = False
-        for key, (lo, hi) in ((k, b[:2]) for k, b in FIT.items()):
-            for k in range(points):
-                trial = dict(eff)
-                trial[key] = lo * (hi / lo) ** (k / (points - 1.0))
-                value = objective(cases, trial)
-                if value < best - 1e-9:
-                    best, eff, moved = value, trial, True
-        if not moved:
-            break
-    return eff
-
-
-def median(values):
-    v = sorted(values)
-    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2.0 if v else 0.0
+    """Coordinate search (plan_fit.coordinate_search) of every FIT constant against objective(); deterministic."""
+    return coordinate_search(lambda eff: objective(cases, eff), start or priors(), list(FIT), rounds, points)
 
 
 def run(do_fit=False, loo=True, out=sys.stdout):

@@ -424,6 +424,8 @@ class _Context:
         self.p2p_off = False            # its plan_fixes turn P2P off: every link is the host path
         self.fix_env = {}
         self.topo_file = None
+        # The efficiency constants of the estimates: plan_perf's, or this machine's fit (plan_fit.py) over them.
+        self.eff, self.fit = plan_perf.EFFICIENCY, None
         names = {n.gpus[i]["name"] for n in nodes for i in n.indices} or {"unknown"}
         self.gpu_names = sorted(names)
         first = next((n.gpus[i] for n in nodes for i in n.indices), {})
@@ -539,7 +541,10 @@ def _estimate(ctx, c, partition, memory, defaults, links):
     }
     stages = stage_shapes(ctx.model, partition)
     result = estimate(ctx.model, c, stages, links, ctx.gpu, ctx.workload, memory["kv_tokens"], settings,
-                      shape=ctx.shape)
+                      shape=ctx.shape, eff=ctx.eff)
+    if ctx.fit:   # what the committed constants say, beside the fitted estimate
+        result["unfitted_tokens_per_s"] = estimate(ctx.model, c, stages, links, ctx.gpu, ctx.workload,
+                                                   memory["kv_tokens"], settings, shape=ctx.shape)["tokens_per_s"]
     result["inputs"] = {"model": ctx.model, "layout": c, "stages": stages, "links": links, "gpu": ctx.gpu,
                         "workload": ctx.workload, "kv_tokens": memory["kv_tokens"], "settings": settings,
                         "shape": ctx.shape}
@@ -620,10 +625,10 @@ def _try_balanced_partition(ctx, c, out, gpu_bytes, defaults):
     costs = {}
     for kind, stage in (("dense", dict(layer, dense_layers=1, moe_layers=0)),
                         ("moe", dict(layer, dense_layers=0, moe_layers=1))):
-        costs[kind] = stage_time(ctx.shape, c, stage, micro, ctx_len, links, ctx.gpu, peak, plan_perf.EFFICIENCY,
+        costs[kind] = stage_time(ctx.shape, c, stage, micro, ctx_len, links, ctx.gpu, peak, ctx.eff,
                                  defaults["cuda_graph_max_bs"])[0]
     empty_last = {"index": pp - 1, "layers": 0, "dense_layers": 0, "moe_layers": 0, "last": True}
-    last_extra = stage_time(ctx.shape, c, empty_last, micro, ctx_len, links, ctx.gpu, peak, plan_perf.EFFICIENCY,
+    last_extra = stage_time(ctx.shape, c, empty_last, micro, ctx_len, links, ctx.gpu, peak, ctx.eff,
                             defaults["cuda_graph_max_bs"])[0]
     dense = model["dense_layers"] if model["moe"] else model["num_layers"]
     layer_costs = [costs["dense"] if k < dense else costs["moe"] for k in range(model["num_layers"])]
@@ -701,21 +706,28 @@ def comparable_workload(record, workload):
             and near(record.get("output_len"), workload["output_len"]))
 
 
+def _records_of_machine(records, what, model_names, fingerprints, reasons):
+    """[(index, record)] of the records (a list of mappings: measured results, fits) of this model and fingerprint;
+    a bad shape is a reason naming `what`."""
+    if not records:
+        return []
+    if not isinstance(records, list):
+        reasons.append("%s must be a list of records, got %s" % (what, type(records).__name__))
+        return []
+    found = []
+    for k, rec in enumerate(records):
+        if not isinstance(rec, dict):
+            reasons.append("%s[%d] must be a mapping, got %r" % (what, k, rec))
+        elif rec.get("model") in model_names and rec.get("topology_fingerprint") in fingerprints:
+            found.append((k, rec))
+    return found
+
+
 def _measured_by_layout(measured, model_names, fingerprints, workload, reasons, warnings):
     """{layout name: {output_throughput, max_concurrency, simulated}} for this model and fingerprint at a
     comparable workload; measurements of this model and box at other workloads are named in a warning."""
     best, elsewhere = {}, set()
-    if not measured:
-        return best
-    if not isinstance(measured, list):
-        reasons.append("measured must be a list of records, got %s" % type(measured).__name__)
-        return best
-    for k, rec in enumerate(measured):
-        if not isinstance(rec, dict):
-            reasons.append("measured[%d] must be a mapping, got %r" % (k, rec))
-            continue
-        if rec.get("model") not in model_names or rec.get("topology_fingerprint") not in fingerprints:
-            continue
+    for k, rec in _records_of_machine(measured, "measured", model_names, fingerprints, reasons):
         try:
             layout = parse_layout(rec.get("layout"))
         except PlanError as exc:
@@ -768,6 +780,28 @@ def rank(candidates, measured):
     return sorted(candidates, key=key)
 
 
+def _machine_fit(fits, model_names, fingerprints, reasons):
+    """This model's and topology's fit (plan_fit.py, kept in results/<model>/<fingerprint>/fit.json): the record, or
+    None. Its efficiency constants must be plan_perf's names with positive numbers."""
+    for k, rec in _records_of_machine(fits, "fits", model_names, fingerprints, reasons):
+        eff = rec.get("efficiency")
+        bad = ["%s=%r" % (key, v) for key, v in (eff.items() if isinstance(eff, dict) else [("efficiency", eff)])
+               if key not in plan_perf.EFFICIENCY or isinstance(v, bool) or not isinstance(v, (int, float))
+               or not math.isfinite(v) or v <= 0]
+        if bad:
+            reasons.append("fits[%d] (%s on %s): efficiency needs plan_perf.EFFICIENCY names with positive numbers, "
+                           "got %s" % (k, rec.get("model"), rec.get("topology_fingerprint"), ", ".join(bad)))
+            continue
+        return rec
+    return None
+
+
+def public_fit(fit):
+    """The fit as the plan shows it (what it was made from stays in fit.json)."""
+    keys = ("quality", "why", "constants", "efficiency", "points", "ratios", "error_before", "error_after", "basis")
+    return {k: fit.get(k) for k in keys if k in fit}
+
+
 # ----------------------------------------------------------------------------------------------------- plan
 
 
@@ -785,14 +819,15 @@ class PlanRequest:
     split, or one balanced by layer cost when the model estimates it faster). workload: {input_len, output_len,
     concurrency} the estimate is made for. preflight: a preflight record (preflight.py) of a node's topology: its
     measured links and its plan_fixes (plan_preflight). nccl_topo_file: the NCCL topology file the preflight stage
-    wrote for this host's topology (nccl_topo.written_for), set as NCCL_TOPO_FILE.
+    wrote for this host's topology (nccl_topo.written_for), set as NCCL_TOPO_FILE. fits: machine fits
+    (plan_fit.py); the one of this model and topology replaces plan_perf's efficiency constants in the estimates.
     """
 
     FIELDS = {"topology": None, "node_topologies": None, "model": None, "model_path": None, "layout": "auto",
               "sglang_version": "0.5.9", "server_args": None, "host": "127.0.0.1", "port": 30000,
               "served_model_name": None, "nnodes": 1, "node_rank": 0, "dist_init_addr": None, "measured": None,
               "gpus": None, "pp_layer_partition": None, "workload": None, "preflight": None,
-              "nccl_topo_file": None}
+              "nccl_topo_file": None, "fits": None}
 
     def __init__(self, **fields):
         unknown = sorted(set(fields) - set(self.FIELDS))
@@ -971,6 +1006,11 @@ def _prepare(request):
 
     ctx = _Context(facts, nodes, values, nnodes_n, partition, workload)
     _use_preflight(ctx, record, r.nccl_topo_file, reasons, warnings)
+    ctx.fit = _machine_fit(r.fits, {facts["name"], served, os.path.basename(str(model_path).rstrip("/"))
+                                    if model_path else None} - {None},
+                           {_fingerprint(nodes)} | {n.fingerprint for n in nodes}, reasons)
+    if ctx.fit:
+        ctx.eff = dict(plan_perf.EFFICIENCY, **ctx.fit["efficiency"])
     total = sum(len(n.indices) for n in nodes) if nnodes_n == 1 else nnodes_n * min(len(n.indices) for n in nodes)
     layouts = enumerate_layouts(total, facts["moe"], nnodes_n) if total else []
     if wanted != "auto" and not any(all(l[k] == wanted[k] for k in ("tp", "pp", "dp", "ep")) for l in layouts):
@@ -1199,6 +1239,8 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
         "tp_groups": [g["gpus"] for g in placement["groups"][node_rank]],
         "node_rank": node_rank,
     }
+    if ctx.fit:
+        result["fit"] = public_fit(ctx.fit)
     if nnodes > 1:
         result["per_node"] = per_node
         result["cluster_fingerprint"] = fingerprint

@@ -40,16 +40,7 @@ def sweep(lab_host, tmp_path_factory):
             "dir": results / data["model"] / data["topology_fingerprint"]}
 
 
-def host_json(path):
-    rc, out = sweeplab.ssh("cat " + path)
-    assert rc == 0, path
-    return json.loads(out)
-
-
-def main_pid():
-    rc, out = sweeplab.ssh("systemctl show --property=MainPID --value topolaunch-sglang.service")
-    assert rc == 0
-    return int(out.strip())
+host_json, main_pid = sweeplab.host_json, sweeplab.main_pid
 
 
 def winner_of(summary):

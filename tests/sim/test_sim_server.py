@@ -134,6 +134,15 @@ def test_crash_during_load(lab):
     wait_for(lambda: not lab.registrations(), 10, "GPU memory to be released")
 
 
+def test_a_fault_for_another_layout_leaves_this_server_alone(lab):
+    # SGLANG_SIM_FAULT=crash_during_load@tp2: the tp2 server crashes at load, a tp1 server with the same env serves
+    env = {"SGLANG_SIM_FAULT": "crash_during_load@tp2"}
+    crashing = lab.launch("--model-path", lab.model("llama-2-7b"), "--tp-size", "2", **env)
+    assert crashing.wait_exit() != 0 and "RuntimeError: CUDA error: an illegal memory access" in crashing.log()
+    wait_for(lambda: not lab.registrations(), 10, "GPU memory to be released")
+    lab.launch("--model-path", lab.model("llama-2-7b"), **env).wait_ready()
+
+
 def test_hang_during_load_never_opens_the_port(lab):
     server = lab.launch("--model-path", lab.model("llama-2-7b"), "--tp-size", "2",
                         SGLANG_SIM_FAULT="hang_during_load")

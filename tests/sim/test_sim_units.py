@@ -81,6 +81,18 @@ def test_faults_parse_and_refuse_typos():
         parse_faults("die_after_requests:x")
 
 
+def test_a_fault_can_be_kept_for_one_layout():
+    # `fault@LAYOUT`: only a server of that layout has it (a tune's one failing candidate); plain items apply to all
+    raw = "crash_during_load@tp4pp2, die_after_requests:3@tp8, ignore_sigterm"
+    assert parse_faults(raw, "tp4pp2") == {"crash_during_load": True, "ignore_sigterm": True}
+    assert parse_faults(raw, "tp8") == {"die_after_requests": 3, "ignore_sigterm": True}
+    assert parse_faults(raw, "tp2pp4") == {"ignore_sigterm": True}
+    with pytest.raises(SimConfigError, match=r"bad item 'crash_during_load@pp2tp4': 'pp2tp4' is not a layout name"):
+        parse_faults("crash_during_load@pp2tp4", "tp8")
+    with pytest.raises(SimConfigError, match="unknown fault 'crash'"):
+        parse_faults("crash@tp8", "tp4pp2")  # a typo is refused whatever the layout
+
+
 def test_process_titles_follow_sglang():
     sargs = argparse.Namespace(pp_size=2, tp_size=4, ep_size=1)
     assert scheduler_title(None, 1, 3, 0, sargs)[0] == "sglang::scheduler_PP1_TP3"

@@ -315,6 +315,7 @@ def test_load_runs_filters_and_rejects_corrupt_files(tmp_path):
     assert results.load_runs(str(tmp_path / "missing")) == []
     bad = tmp_path / "glm-5-nvfp4" / "a1b2c3d4e5f6" / "tp8" / "20261130T120000Z.jsonl"
     bad.write_text("{broken\n")
+    bad.with_name("20261130T120000Z.meta.json").write_text('{"points": []}')  # stored in full: read
     with pytest.raises(results.ResultsError, match="20261130T120000Z.jsonl line 1: not JSON"):
         results.load_runs(str(tmp_path))
 
@@ -404,6 +405,8 @@ def test_a_key_only_in_the_launch_command_is_redacted_too():
     assert got == "--model-path /m --api_key=<redacted> --admin-api-key <redacted>"
     clean = bench_line(server_info=dict(info, launch_command="--model-path /m --tp-size 8")) + "\n"
     assert results.scrub_secrets(clean) == clean
+
+
 def test_every_copy_of_a_secret_in_server_info_is_redacted(tmp_path):
     """Both versions repeat the server args in internal_states; 0.5.23 returns its launch command (a --config file's
     options merged in) as launch_command."""
@@ -420,3 +423,92 @@ def test_every_copy_of_a_secret_in_server_info_is_redacted(tmp_path):
     assert kept["internal_states"][0] == {"api_key": "<redacted>", "last_gen_throughput": 1.0}
     assert kept["launch_command"] == ["python", "-m", "sglang.launch_server", "--api-key", "<redacted>",
                                       "--ssl-keyfile-password=<redacted>", "--tp-size", "8"]
+
+
+# ------------------------------------------------------------------------------------------ cut short, fits, tunes
+
+
+def test_a_run_whose_storing_was_cut_short_counts_for_nothing(tmp_path):
+    out = record(tmp_path)
+    directory = tmp_path / "glm-5-nvfp4" / "a1b2c3d4e5f6" / "tp8"
+    assert os.path.basename(out["files"][-1]).endswith(".meta.json")    # the meta file is written last
+    (directory / (out["run_id"] + ".meta.json")).unlink()               # as if interrupted before it
+    runs = results.load_runs(str(tmp_path))
+    assert runs[0]["incomplete"] is True and runs[0]["points"] == []
+    assert results.measured_records(runs) == []
+    assert results.measured_run(runs, runs[0]["plan"], [{"max_concurrency": 1, "num_prompts": 8}], {"seed": 1}) is None
+    assert results.failures(runs)[0]["message"].startswith("incomplete: storing the run was cut short")
+
+
+def test_latest_failures_are_those_of_the_newest_run(tmp_path):
+    def fail(layout, when):
+        results.record_run(str(tmp_path), "glm-5-nvfp4", "a1b2c3d4e5f6", layout, when, [],
+                           error={"stage": "health", "message": "died while starting"})
+    fail("tp8", "2026-11-30T10:00:00Z")
+    record(tmp_path, "tp8", "2026-11-30T11:00:00Z")                     # measured since: no longer failed
+    record(tmp_path, "tp4pp2", "2026-11-30T10:00:00Z")
+    fail("tp4pp2", "2026-11-30T11:00:00Z")                              # failed since it was measured
+    found = results.latest_failures(results.load_runs(str(tmp_path)))
+    assert [(f["layout"], f["stage"], f["run_id"]) for f in found] == [("tp4pp2", "health", "20261130T110000Z")]
+
+
+def test_fits_are_read_per_machine(tmp_path):
+    assert results.load_fits(str(tmp_path / "none")) == []
+    record(tmp_path)
+    path = results.fit_path(str(tmp_path), "glm-5-nvfp4", "a1b2c3d4e5f6")
+    assert path == str(tmp_path / "glm-5-nvfp4" / "a1b2c3d4e5f6" / "fit.json")
+    with open(path, "w") as handle:
+        json.dump({"model": "glm-5-nvfp4", "efficiency": {"step_ms": 3.0}}, handle)
+    assert results.load_fits(str(tmp_path)) == [{"model": "glm-5-nvfp4", "efficiency": {"step_ms": 3.0}}]
+    assert [r["layout"] for r in results.load_runs(str(tmp_path))] == ["tp8"]   # not a layout
+    with open(path, "w") as handle:
+        handle.write("[1]")
+    with pytest.raises(results.ResultsError, match="fit.json: a fit must be a JSON object"):
+        results.load_fits(str(tmp_path))
+
+
+SELECTION = {"chosen": ["tp4pp2", "tp8", "tp2pp4"], "model_pick": "tp4pp2", "error": 0.183, "scale": 1.0,
+             "rows": [{"name": "tp4pp2", "estimate": 217.0}, {"name": "tp8", "estimate": 212.0},
+                      {"name": "tp2pp4", "estimate": 188.0}, {"name": "tp1pp8", "estimate": 113.0}]}
+OUTCOMES = [{"layout": "tp4pp2", "status": "ok", "run_id": "20261130T100100Z", "seconds": 40.0,
+             "stage_started": {"plan": 1.0, "relaunch": 2.0, "bench": 30.0}, "finished": 41.0, "server_ready_s": 20.0},
+            {"layout": "tp8", "status": "ok", "run_id": "20261130T100200Z", "seconds": 41.0},
+            {"layout": "tp2pp4", "status": "failed", "stage": "health", "message": "died while starting: OOM"}]
+CANDIDATES = [{"name": "tp8", "valid": True, "measured": {"output_throughput": 1800.0, "simulated": True}},
+              {"name": "tp4pp2", "valid": True, "measured": {"output_throughput": 700.0, "simulated": True}},
+              {"name": "tp1pp8", "valid": True, "measured": {"output_throughput": 300.0, "simulated": True}},
+              {"name": "tp2pp4", "valid": True}, {"name": "tp3", "valid": False}]
+FINAL = {"layout": {"name": "tp8"}, "source": "measured",
+         "fit": {"quality": "poor", "why": "few points", "error_before": 0.9, "error_after": 0.1,
+                 "efficiency": {"step_ms": 12.9}, "points": 3}}
+
+
+def tune_data():
+    return results.tune_record(SELECTION, OUTCOMES, CANDIDATES, FINAL, {"input_len": 64, "output_len": 16,
+                                                                         "concurrency": 4})
+
+
+def test_a_tune_record_has_the_prediction_and_the_measurement_per_layout():
+    data = tune_data()
+    assert [(r["layout"], r["predicted"], r["measured"], r["status"]) for r in data["layouts"]] == [
+        ("tp4pp2", 217.0, 700.0, "measured"), ("tp8", 212.0, 1800.0, "measured"),
+        ("tp2pp4", 188.0, None, "failed"), ("tp1pp8", 113.0, 300.0, "measured before")]
+    assert data["layouts"][2]["message"] == "died while starting: OOM"
+    assert (data["layouts"][0]["stage_started"], data["layouts"][0]["finished"], data["layouts"][0]["server_ready_s"]) \
+        == ({"plan": 1.0, "relaunch": 2.0, "bench": 30.0}, 41.0, 20.0)   # the timings bench/tune_overhead.py reads
+    assert (data["predicted_winner"], data["winner"], data["winner_source"]) == ("tp4pp2", "tp8", "measured")
+    assert data["fit"]["error_after"] == 0.1 and data["simulated"] is True and data["error"] == 0.183
+
+
+def test_tunes_are_kept_never_overwritten_and_read_back(tmp_path):
+    first = results.record_tune(str(tmp_path), "glm-5-nvfp4", "a1b2c3d4e5f6", "2026-11-30T10:00:00Z", tune_data())
+    second = results.record_tune(str(tmp_path), "glm-5-nvfp4", "a1b2c3d4e5f6", "2026-11-30T10:00:00Z", tune_data())
+    assert (first["run_id"], second["run_id"]) == ("20261130T100000Z", "20261130T100000Z-2")
+    assert first["file"].endswith("glm-5-nvfp4/a1b2c3d4e5f6/tune-20261130T100000Z.json")
+    dry = results.record_tune(str(tmp_path), "glm-5-nvfp4", "a1b2c3d4e5f6", "2026-11-30T10:00:00Z", {}, write=False)
+    assert dry["run_id"] == "20261130T100000Z-3" and not os.path.exists(dry["file"])
+    tunes = results.load_tunes(str(tmp_path))
+    assert [t["run_id"] for t in tunes] == ["20261130T100000Z", "20261130T100000Z-2"]
+    assert tunes[0]["model"] == "glm-5-nvfp4" and tunes[0]["layouts"][0]["layout"] == "tp4pp2"
+    assert results.load_tunes(str(tmp_path), fingerprint="ffffffffffff") == []
+    assert results.load_runs(str(tmp_path)) == []                       # a tune record is not a run

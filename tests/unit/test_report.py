@@ -1,4 +1,4 @@
-"""tools/report.py: FINDINGS.md content and PNG plots from a results directory."""
+"""plugin_utils/report.py (tools/report.py): FINDINGS.md content and PNG plots from a results directory."""
 import os
 import pathlib
 import struct
@@ -6,8 +6,7 @@ import sys
 
 from test_bench import SERVER_INFO_SIM, bench_line
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils import bench as results
-
-import report  # noqa: E402  (tools/ is not a package)
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils import report
 
 TOPOLOGY = {"fingerprint": "a1b2c3d4e5f6", "gpu_count": 8, "driver_version": "580.95.05", "cuda_driver_version": "13.0",
             "gpus": [{"name": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}] * 8}
@@ -119,3 +118,24 @@ def test_filters(tmp_path, capsys):
     assert "for ffffffffffff" in capsys.readouterr().err
     assert report.main([str(tmp_path), "--model", "glm-5-nvfp4", "--out", str(tmp_path / "o")]) == 0
     assert (tmp_path / "o" / "FINDINGS.md").exists()
+
+
+def test_a_tune_shows_predicted_against_measured(tmp_path):
+    from test_bench import tune_data
+    store(tmp_path, "tp8", "2026-11-30T10:00:00Z", {4: 1800.0}, server_info=SERVER_INFO_SIM)
+    results.record_tune(str(tmp_path), "glm-5-nvfp4", "a1b2c3d4e5f6", "2026-11-30T09:59:00Z",
+                        dict(tune_data(), host="field"))
+    written = report.build(str(tmp_path), now="NOW")
+    findings = (tmp_path / "FINDINGS.md").read_text()
+    assert "## Tune of glm-5-nvfp4 on topology a1b2c3d4e5f6 (field, 2026-11-30T09:59:00Z) (SIMULATED)" in findings
+    assert ("Workload: input 64 / output 16 tokens at concurrency 4. The model picked **tp4pp2**; the measured "
+            "winner is **tp8** (the plan's source: measured).") in findings
+    assert "| tp4pp2 | 217.0 | 700.0 | = | = | - | measured (run 20261130T100100Z) |" in findings
+    assert "| tp8 | 212.0 | 1,800.0 | -2.3% | +157.1% | x2.63 | measured (run 20261130T100200Z) |" in findings
+    assert "| tp2pp4 | 188.0 | - | -13.4% | - | - | FAILED at health: died while starting: OOM |" in findings
+    assert "- Wrong: tp8 was predicted 2.3% slower than tp4pp2 and measured 157.1% faster: off by x2.63." in findings
+    assert ("- The model's error on this machine: median |log ratio error| 0.900 before the fit, 0.100 after "
+            "(calibration set: 0.183); fit of step_ms 12.9 from 3 measured points; a poor fit: few points.") in findings
+    [plot] = [p for p in written if os.path.basename(p).startswith("tune_")]
+    assert "](plots/%s)" % os.path.basename(plot) in findings and png_size(plot)[0] >= 600
+    assert findings.index("## Tune of") < findings.index("## Failures")

@@ -4,7 +4,7 @@ import pytest
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.topolaunch.sglang.plugins.action import sglang_bench
-from ansible_collections.topolaunch.sglang.plugins.plugin_utils.bench import load_runs, measured_records
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils.bench import load_runs, load_tunes, measured_records
 from test_bench import bench_line
 
 PLAN = {"layout": {"name": "tp8", "tp": 8}, "argv": ["--tp-size", "8"], "port": 30000, "model_name": "glm-5-nvfp4",
@@ -48,7 +48,7 @@ def test_record_bad_input_fails_by_name(tmp_path, run_action):
         run_action(sglang_bench, record_args(tmp_path, started="yesterday"))
     with pytest.raises(AnsibleActionFail, match="^sglang_bench: state record needs model, layout$"):
         run_action(sglang_bench, record_args(tmp_path, model="", layout=None))
-    with pytest.raises(AnsibleActionFail, match="value of state must be one of: record, query, got: remember"):
+    with pytest.raises(AnsibleActionFail, match="value of state must be one of: record, query, tune, report, got: remember"):
         run_action(sglang_bench, record_args(tmp_path, state="remember"))
     assert list(tmp_path.iterdir()) == []
 
@@ -75,3 +75,27 @@ def test_query_finds_this_server_at_this_workload_only(tmp_path, run_action):
 def test_query_skips_failed_and_partial_runs(tmp_path, run_action):
     run_action(sglang_bench, record_args(tmp_path, completed=3))
     assert _query(tmp_path, run_action)["measured_run"] is None
+
+
+def test_tune_and_report_states(tmp_path, run_action):
+    from test_bench import CANDIDATES, FINAL, OUTCOMES, SELECTION
+    run_action(sglang_bench, record_args(tmp_path))
+    args = {"state": "tune", "results_dir": str(tmp_path), "model": "glm-5-nvfp4",
+            "topology_fingerprint": "a1b2c3d4e5f6", "started": "2026-11-30T10:00:00Z",
+            "tune": {"host": "field", "selection": SELECTION, "outcomes": OUTCOMES, "candidates": CANDIDATES,
+                     "plan": FINAL, "workload": {"input_len": 64, "output_len": 16, "concurrency": 4}}}
+    dry = run_action(sglang_bench, args, check_mode=True)
+    assert dry["run_id"] == "20261130T100000Z" and not (tmp_path / "glm-5-nvfp4" / "a1b2c3d4e5f6" /
+                                                         "tune-20261130T100000Z.json").exists()
+    out = run_action(sglang_bench, args)
+    [tune] = load_tunes(str(tmp_path))
+    assert out["changed"] and out["files"] == [tune["file"]] and tune["host"] == "field"
+    assert "selection" not in tune and tune["winner"] == "tp8" and len(tune["layouts"]) == 4
+    with pytest.raises(AnsibleActionFail, match="^sglang_bench: state tune needs tune$"):
+        run_action(sglang_bench, dict(args, tune=None))
+    assert run_action(sglang_bench, {"state": "report", "results_dir": str(tmp_path)}, check_mode=True)["files"] == []
+    assert not (tmp_path / "FINDINGS.md").exists()
+    written = run_action(sglang_bench, {"state": "report", "results_dir": str(tmp_path),
+                                        "out_dir": str(tmp_path / "out")})["files"]
+    assert written[0] == str(tmp_path / "out" / "FINDINGS.md")
+    assert "## Tune of glm-5-nvfp4" in (tmp_path / "out" / "FINDINGS.md").read_text()

@@ -116,13 +116,13 @@ def test_module_reads_a_model_given_directly(vnuma, run_module):
 # ------------------------------------------------------------------------------------------ the action plugin
 def test_measured_reads_the_bench_results(tmp_path, run_action):
     run_action(sglang_bench, record_args(tmp_path))
-    records = action.measured(str(tmp_path))
+    records = action.from_results(str(tmp_path))["measured"]
     assert [(m["model"], m["topology_fingerprint"], m["layout"], m["max_concurrency"], m["output_throughput"])
             for m in records] == [("glm-5-nvfp4", "a1b2c3d4e5f6", "tp8", 1, 321.0)]
 
 
 def test_measured_of_a_missing_tree_is_empty(tmp_path):
-    assert action.measured(str(tmp_path / "none")) == []
+    assert action.from_results(str(tmp_path / "none")) == {"measured": [], "fits": [], "failures": []}
 
 
 def test_measured_names_a_broken_tree(tmp_path, run_action):
@@ -130,7 +130,7 @@ def test_measured_names_a_broken_tree(tmp_path, run_action):
     meta = next(tmp_path.rglob("*.meta.json"))
     meta.write_text("{not json")
     with pytest.raises(AnsibleActionFail, match="cannot read the measured results in %s: .*meta.json" % tmp_path):
-        action.measured(str(tmp_path))
+        action.from_results(str(tmp_path))
 
 
 def _action(args):
@@ -164,3 +164,34 @@ def test_run_saves_nothing_when_planning_failed(tmp_path, monkeypatch):
                         lambda self, module_name, module_args, task_vars: {"failed": True, "msg": "sglang_plan: 1"})
     result = _action({"layout": "tp3", "save_to": str(tmp_path / "plan.json")}).run(task_vars={})
     assert result["failed"] is True and "saved_to" not in result and not (tmp_path / "plan.json").exists()
+
+
+def test_module_plans_a_tune(vnuma, run_module):
+    # layout tune: the plan as auto, requested_layout tune, and which layouts to measure, in the report too
+    code, out, _ = run_module(sglang_plan, {"topology": vnuma, "model_path": model_path("glm-5-nvfp4"), "layout": "tune",
+                                            "workload": {"input_len": 64, "output_len": 16, "concurrency": 4},
+                                            "tune_max": 2})
+    assert code == 0 and out["plan"]["requested_layout"] == "tune"
+    assert out["tune"]["measure"] == ["tp4pp2", "tp8ep8"] and out["tune"]["max"] == 2
+    assert out["plan"]["layout"]["name"] == "tp4pp2" and "fit" not in out   # nothing measured: no fit
+    assert any(line.startswith("tune: the model's error is 20%; measuring tp4pp2, tp8ep8") for line in out["report"])
+    code, out, _ = run_module(sglang_plan, {"topology": vnuma, "model_path": model_path("glm-5-nvfp4"), "layout": "tune",
+                                            "tune_max": 0})
+    assert code == 1 and "tune_max (topolaunch_tune_max) must be a positive integer, got 0" in out["msg"]
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_run_saves_a_new_fit_beside_the_results_not_in_check_mode(tmp_path, monkeypatch, check_mode):
+    fit = {"model": "glm-5-nvfp4", "topology_fingerprint": "a1b2c3d4e5f6", "efficiency": {"step_ms": 3.0}}
+    monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+    monkeypatch.setattr(action.ActionModule, "_execute_module", lambda self, module_name, module_args, task_vars: {
+        "changed": False, "plan": {"layout": {"name": "tp8"}}, "candidates": [], "report": [], "fit": fit})
+    (tmp_path / "results").mkdir()
+    result = make_action(action, {"layout": "tune", "results_dir": str(tmp_path / "results")}, check_mode).run(
+        task_vars={})
+    path = tmp_path / "results" / "glm-5-nvfp4" / "a1b2c3d4e5f6" / "fit.json"
+    if check_mode:
+        assert not path.exists() and "fit_saved_to" not in result
+    else:
+        assert json.loads(path.read_text()) == fit and result["fit_saved_to"] == str(path)
+        assert action.from_results(str(tmp_path / "results"))["fits"] == [fit]   # and read back for the next plan

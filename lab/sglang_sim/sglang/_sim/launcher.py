@@ -59,26 +59,44 @@ def env_float(name, default, minimum=0.0, positive=False):
     return value
 
 
-def parse_faults(raw):
-    """{fault: argument} from SGLANG_SIM_FAULT ("ignore_sigterm", "die_after_requests:5", comma-separated)."""
+def parse_faults(raw, layout=None):
+    """{fault: argument} from SGLANG_SIM_FAULT ("ignore_sigterm", "die_after_requests:5", comma-separated).
+
+    An item `fault@LAYOUT` ("crash_during_load@tp4pp2") applies only to a server of that layout name (the lab's way
+    to fail one candidate of several); `layout` is this server's name, None to keep every item."""
     faults = {}
     for item in filter(None, (part.strip() for part in (raw or "").split(","))):
-        name, _, arg = item.partition(":")
+        spec, at, only = item.partition("@")
+        if at:
+            check_layout_name(only.strip(), lambda why, item=item: SimConfigError(
+                "SGLANG_SIM_FAULT: bad item %r: %s" % (item, why)))
+        name, _, arg = spec.strip().partition(":")
         if name not in FAULTS:
             raise SimConfigError("SGLANG_SIM_FAULT: unknown fault %r (known: %s)" % (name, ", ".join(FAULTS)))
         if name == "die_after_requests":
             if not arg.isdigit() or int(arg) < 1:
                 raise SimConfigError("SGLANG_SIM_FAULT: die_after_requests needs a positive count, as in "
                                      "die_after_requests:5, got %r" % item)
-            faults[name] = int(arg)
+            value = int(arg)
         elif arg:
             raise SimConfigError("SGLANG_SIM_FAULT: fault %r takes no argument, got %r" % (name, item))
         else:
-            faults[name] = True
+            value = True
+        if not at or layout is None or only.strip() == layout:
+            faults[name] = value
     return faults
 
 
 LAYOUT_NAME_RE = re.compile(r"^tp(\d+)(?:pp(\d+))?(?:dp(\d+))?(?:ep(\d+))?$")
+
+
+def check_layout_name(name, bad):
+    """Raise bad(why) unless name is a layout name as the simulator computes it from the server's arguments."""
+    match = LAYOUT_NAME_RE.match(name)
+    sizes = [int(g) if g else 1 for g in match.groups()] if match else None
+    if not sizes or sizes[0] < 1 or perf.layout_name(*sizes) != name:
+        raise bad("%r is not a layout name (tp{tp}, then pp{pp}, dp{dp}, ep{ep} where > 1: tp8, tp4pp2, "
+                  "tp2pp2ep2, tp4dp2)" % name)
 
 
 def parse_layout_speed(raw):
@@ -90,11 +108,7 @@ def parse_layout_speed(raw):
         name, sep, value = (part.strip() for part in item.partition("="))
         if not sep:
             raise bad("expected LAYOUT=FACTOR, as tp4pp2=1.6")
-        match = LAYOUT_NAME_RE.match(name)
-        sizes = [int(g) if g else 1 for g in match.groups()] if match else None
-        if not sizes or sizes[0] < 1 or perf.layout_name(*sizes) != name:
-            raise bad("%r is not a layout name (tp{tp}, then pp{pp}, dp{dp}, ep{ep} where > 1: tp8, tp4pp2, "
-                      "tp2pp2ep2, tp4dp2)" % name)
+        check_layout_name(name, bad)
         try:
             factor = float(value)
         except ValueError:
@@ -180,7 +194,8 @@ class Launcher:
         self.started = time.perf_counter()
         self.args = args = flags.prepare_server_args(self.argv)
         logutil.configure(args.log_level)
-        self.faults = parse_faults(os.environ.get("SGLANG_SIM_FAULT"))
+        self.faults = parse_faults(os.environ.get("SGLANG_SIM_FAULT"),
+                                   perf.layout_name(args.tp_size, args.pp_size, args.dp_size, args.ep_size))
         if "ignore_sigterm" in self.faults:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         self.load_seconds = env_float("SGLANG_SIM_LOAD_SECONDS", 3.0)

@@ -1,0 +1,140 @@
+"""layout: tune on the lab with the field spec (tests/lab/tunelab.py: host tfield, ssh 2391, server 33900, repository
+18099). The simulator's truth is set against the model (lab_sim_layout_speed): the model's second choice, tp8ep8, is
+truly the fastest. `deploy.yml -e layout=tune` must end with it running (the test fails if the tune keeps the model's
+pick), plan.json `source: measured`, FINDINGS.md with predicted and measured figures; a second tune measures and
+relaunches nothing; a candidate that crashes at load (SGLANG_SIM_FAULT crash_during_load@LAYOUT) is recorded and the
+tune ends with a healthy winner; with every candidate crashing the last known good plan runs again and the play fails.
+
+    .venv/bin/pytest -m lab tests/lab/test_tune.py
+"""
+import json
+import os
+import shutil
+
+import pytest
+
+from tunelab import TUNE
+
+LAB_MISSING = os.geteuid() != 0 or not shutil.which("systemd-nspawn") or not shutil.which("debootstrap")
+pytestmark = [pytest.mark.lab, pytest.mark.skipif(LAB_MISSING, reason="needs root, systemd-nspawn, debootstrap")]
+# The model's choice at the lab workload (tests/unit/test_tune.py): tp4pp2 first, then tp8ep8 and tp2pp4.
+MODEL_PICK, TRUE_WINNER, CANDIDATES = "tp4pp2", "tp8ep8", ["tp4pp2", "tp8ep8", "tp2pp4"]
+SPEED = "tp8ep8=3,tp4pp2=0.5,tp2pp4=0.4"
+
+
+@pytest.fixture(scope="module")
+def lab_host():
+    TUNE.write_inventory(lab_sim_layout_speed=SPEED)
+    TUNE.up_and_provisioned()
+    yield TUNE
+    TUNE.lab("down")
+
+
+host_json, main_pid = TUNE.host_json, TUNE.main_pid
+
+
+def healthy():
+    rc, code = TUNE.ssh("curl -s -o /dev/null -w '%%{http_code}' http://127.0.0.1:%d/health" % TUNE.server_port)
+    return rc == 0 and code == "200"
+
+
+def tune(tmp, *args, **extra):
+    """deploy.yml -e layout=tune with this test's results and artifacts directories."""
+    return TUNE.playbook("deploy.yml", *args, extra=dict(
+        {"layout": "tune", "topolaunch_results_dir": str(tmp / "results"),
+         "topolaunch_artifacts_dir": str(tmp / "artifacts")}, **extra))
+
+
+def runs_of(results):
+    return sorted(p.name for p in results.rglob("*.jsonl"))
+
+
+def recap_changed(stdout, host):
+    line = next(l for l in stdout.splitlines() if l.startswith(host + " ") and "changed=" in l)
+    return int(line.split("changed=")[1].split()[0])
+
+
+@pytest.fixture(scope="module")
+def first(lab_host, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tune")
+    run = tune(tmp)
+    assert run.returncode == 0, run.stdout[-8000:]
+    return {"run": run, "tmp": tmp}
+
+
+def test_tune_runs_the_measured_winner_not_the_model_pick(first):
+    current = host_json("/var/lib/topolaunch/current_plan.json")
+    assert current["layout"]["name"] == TRUE_WINNER != MODEL_PICK
+    assert host_json("/var/lib/topolaunch/last_good_plan.json") == current
+    assert healthy()
+    plan = json.loads((first["tmp"] / "artifacts" / TUNE.host / "plan.json").read_text())
+    assert plan["layout"]["name"] == TRUE_WINNER and plan["source"] == "measured"
+    candidates = {c["name"]: c for c in json.loads(
+        (first["tmp"] / "artifacts" / TUNE.host / "candidates.json").read_text())}
+    for name in CANDIDATES:   # measured and predicted figures of every candidate measured
+        assert candidates[name]["measured"]["output_throughput"] > 0
+        assert candidates[name]["estimate"]["tokens_per_s"] > 0
+    assert candidates[TRUE_WINNER]["measured"]["output_throughput"] > candidates[MODEL_PICK]["measured"][
+        "output_throughput"]
+    assert plan["fit"]["error_before"] is not None   # the model's error on this machine
+
+
+def test_findings_show_predicted_and_measured(first):
+    findings = (first["tmp"] / "results" / "FINDINGS.md").read_text()
+    assert "predicted" in findings.lower() and "measured" in findings.lower()
+    for name in CANDIDATES:
+        assert name in findings
+    [fit] = list((first["tmp"] / "results").rglob("fit.json"))
+    assert json.loads(fit.read_text())["quality"] in ("good", "poor")
+    assert len(list((first["tmp"] / "results").rglob("tune-*.json"))) == 1
+
+
+def test_second_tune_measures_and_relaunches_nothing(first):
+    pid, before = main_pid(), runs_of(first["tmp"] / "results")
+    run = tune(first["tmp"])
+    assert run.returncode == 0, run.stdout[-8000:]
+    assert "nothing new to measure" in run.stdout
+    assert main_pid() == pid and runs_of(first["tmp"] / "results") == before
+    assert recap_changed(run.stdout, TUNE.host) == 0, run.stdout[-4000:]
+    assert healthy()
+
+
+def test_tune_with_tags_relaunch_restarts_the_winner(first):
+    pid, before = main_pid(), runs_of(first["tmp"] / "results")
+    run = tune(first["tmp"], "--tags", "relaunch")
+    assert run.returncode == 0, run.stdout[-8000:]
+    assert main_pid() != pid and runs_of(first["tmp"] / "results") == before
+    assert host_json("/var/lib/topolaunch/current_plan.json")["layout"]["name"] == TRUE_WINNER
+    assert healthy()
+
+
+def test_a_candidate_that_crashes_is_recorded_and_the_tune_goes_on(first, tmp_path):
+    TUNE.write_inventory(lab_sim_layout_speed=SPEED, lab_sim_fault="crash_during_load@" + TRUE_WINNER)
+    run = tune(tmp_path)
+    assert run.returncode == 0, run.stdout[-8000:]
+    assert "%s FAILED at health" % TRUE_WINNER in run.stdout
+    [error] = list((tmp_path / "results").rglob(TRUE_WINNER + "/*.error.json"))
+    record = json.loads(error.read_text())
+    assert record["stage"] == "health" and "illegal memory access" in json.dumps(record)  # the log excerpt
+    current = host_json("/var/lib/topolaunch/current_plan.json")
+    assert current["layout"]["name"] in CANDIDATES and current["layout"]["name"] != TRUE_WINNER
+    assert healthy()
+    findings = (tmp_path / "results" / "FINDINGS.md").read_text()
+    assert TRUE_WINNER in findings and "failed" in findings
+
+
+def test_every_candidate_failing_relaunches_the_last_good_plan_and_fails(first, tmp_path):
+    good = host_json("/var/lib/topolaunch/last_good_plan.json")["layout"]["name"]
+    others = [name for name in CANDIDATES if name != good]
+    TUNE.write_inventory(lab_sim_layout_speed=SPEED,
+                         lab_sim_fault=",".join("crash_during_load@" + name for name in others))
+    try:
+        run = tune(tmp_path, tune_layouts=others)
+        assert run.returncode != 0
+        assert "every layout it tried failed" in run.stdout and "the last known good plan (%s) was relaunched" % good \
+            in " ".join(run.stdout.split())
+        assert host_json("/var/lib/topolaunch/current_plan.json")["layout"]["name"] == good
+        assert healthy()
+        assert len(list((tmp_path / "results").rglob("*.error.json"))) == len(others)
+    finally:
+        TUNE.write_inventory(lab_sim_layout_speed=SPEED)
