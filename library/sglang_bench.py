@@ -8,7 +8,7 @@ description:
   - The bench stage's controller side, run in the controller process by its action plugin. Formerly the module
     C(bench_record); that name still works.
   - O(state=query) looks for the newest complete run of this very server (the plan's server keys) at this very
-    workload (O(points) and O(bench)) for the plan's model and topology fingerprint, and returns it as
+    workload (O(points) and O(bench)) for the plan's model and topology fingerprint (its cluster fingerprint across nodes), and returns it as
     C(measured_run) (null when there is none). It changes nothing. The bench role measures again only when there is
     none or when forced.
   - O(state=record) writes C(<results_dir>/<model>/<topology_fingerprint>/<layout>/<run id>.jsonl) with
