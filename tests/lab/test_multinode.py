@@ -139,6 +139,16 @@ def test_deploy_runs_one_server_over_both_nodes(cluster):
     assert list((ROOT / "results").glob("*/%s/tp8pp2/*.jsonl" % fingerprint)), fingerprint
 
 
+def test_second_deploy_changes_nothing_on_either_node(cluster):
+    # the running server is left alone on both nodes, and its bench run is found under the cluster fingerprint
+    rc, out, _ = cluster.play()
+    assert rc == 0, out[-6000:]
+    assert out.count("Leaving the server running: the same plan already runs") == 2, out[-6000:]
+    assert "tp8pp2 is already measured at this workload" in out, out[-6000:]
+    recap = [line.split() for line in out.split("PLAY RECAP", 1)[1].splitlines() if line.startswith(NODES)]
+    assert sorted(r[0] for r in recap) == list(NODES) and all("changed=0" in r for r in recap), recap
+
+
 def test_relaunch_switches_layouts_on_both_nodes(cluster, tp4pp4):
     cluster.assert_serving("tp8pp2", 2, 8)     # tp4pp4 ran, then tp8pp2 came back (the fixture)
     assert tp4pp4["node1"]["per_node"][1]["processes"] == titles(4, 4, 1)
