@@ -44,7 +44,9 @@ REQUIRED = {"record": ("model", "topology_fingerprint", "layout", "started"), "q
 def query(p):
     """{measured_run: {run_id, dir, points} or None}."""
     plan = p["plan"]
-    runs = load_runs(p["results_dir"], model=plan.get("model_name"), fingerprint=plan.get("topology_fingerprint"))
+    # a server across nodes is filed under its cluster fingerprint (every node's topology)
+    fingerprint = plan.get("cluster_fingerprint") or plan.get("topology_fingerprint")
+    runs = load_runs(p["results_dir"], model=plan.get("model_name"), fingerprint=fingerprint)
     found = measured_run(runs, plan, p["points"], p["bench"])
     if found is None:
         return {"changed": False, "measured_run": None}

@@ -8,9 +8,9 @@ description:
   - The bench stage's controller side, run in the controller process by its action plugin. Formerly the module
     C(bench_record); that name still works.
   - O(state=query) looks for the newest complete run of this very server (the plan's server keys) at this very
-    workload (O(points) and O(bench)) for the plan's model and topology fingerprint, and returns it as
-    C(measured_run) (null when there is none). It changes nothing. The bench role measures again only when there is
-    none or when forced.
+    workload (O(points) and O(bench)) for the plan's model and topology fingerprint (across nodes its cluster
+    fingerprint), and returns it as C(measured_run) (null when there is none). It changes nothing. The bench role
+    measures again only when there is none or when forced.
   - O(state=record) writes C(<results_dir>/<model>/<topology_fingerprint>/<layout>/<run id>.jsonl) with
     bench_serving's lines untouched, and C(.meta.json) (the points asked for, O(meta), O(bench)), C(.plan.json),
     C(.topology.json), C(.versions.json) beside it. The run id is the UTC start time with seconds; C(-2), C(-3)...

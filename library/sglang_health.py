@@ -24,6 +24,13 @@ description:
     last known good one (O(last_good_path), root 0644, written only when different, C(changed) says so).
   - O(mode=serving) looks once and waits for nothing; the server must be ready, answer /health 200 now and run the
     last known good plan (what the bench stage needs before it measures). It writes nothing.
+  - A server across nodes (the plan's layout.nnodes > 1). On a node with node_rank >= 1 SGLang serves only its health
+    check server on that node's port. The ready line followed there is C(Dummy health check server started in
+    background thread at), and /health is the only question asked. On every node the unit's scheduler processes
+    must be the plan's C(per_node[node_rank].processes).
+  - With O(record=false) a verified plan is not recorded. Every result then carries C(last_good_plan) and
+    C(last_good_differs). O(mode=record) later records the plan the unit runs, and nothing else. The nodes of one
+    server record once every node passed, and roll back together when one did not.
   - Check mode writes nothing; the wait and the HTTP checks run as usual.
 extends_documentation_fragment:
   - topolaunch.sglang.common
@@ -39,10 +46,14 @@ options:
     type: path
   mode:
     description: C(start) follows a start (chunks, milestones, verify); C(serving) checks once that the server
-      serves the last known good plan now.
+      serves the last known good plan now; C(record) records the plan the unit runs as the last known good one.
     type: str
-    choices: [start, serving]
+    choices: [start, serving, record]
     default: start
+  record:
+    description: Record a verified plan as the last known good one in this call (mode start).
+    type: bool
+    default: true
   invocation_id:
     description: The start to follow (returned by the first call); empty = the unit's current start.
     type: str
@@ -101,11 +112,21 @@ EXAMPLES = r"""
   topolaunch.sglang.sglang_health:
     mode: serving
   register: serving
+
+- name: A node of a server across nodes - verify without recording (every node must pass first)
+  topolaunch.sglang.sglang_health:
+    verify: true
+    record: false
+  register: node_start
+
+- name: Every node passed - record the plan the unit runs as the last known good one
+  topolaunch.sglang.sglang_health:
+    mode: record
 """
 
 RETURN = r"""
 state:
-  description: ready, progress or waiting (on failure also dead or timeout).
+  description: ready, progress or waiting (on failure also dead, timeout or ranks); recorded with O(mode=record).
   returned: when the unit was read
   type: str
 milestone:
@@ -143,11 +164,15 @@ already_serving:
   type: bool
 last_good_plan:
   description: The last known good plan ({} when there is none).
-  returned: failure, once the plan was read
+  returned: failure, once the plan was read; with O(record=false) always
   type: dict
 last_good_differs:
   description: Whether the last known good plan runs another server than the plan that failed.
-  returned: failure, once the plan was read
+  returned: failure, once the plan was read; with O(record=false) always
+  type: bool
+worker:
+  description: True when the node verified is a node >= 1 of a server across nodes (only /health was asked).
+  returned: when a worker node was verified
   type: bool
 stage:
   description: C(health).
@@ -159,7 +184,7 @@ verified:
   type: bool
 last_good_changed:
   description: Whether last_good_path was (or in check mode would be) written.
-  returned: when verified
+  returned: when verified, and with O(mode=record)
   type: bool
 url:
   description: The server's base URL that was asked.
@@ -196,7 +221,8 @@ ARGUMENT_SPEC = {
     "service_user": {"type": "str", "default": "sglang"},
     "plan_path": {"type": "path"},
     "last_good_path": {"type": "path"},
-    "mode": {"type": "str", "choices": ["start", "serving"], "default": "start"},
+    "mode": {"type": "str", "choices": ["start", "serving", "record"], "default": "start"},
+    "record": {"type": "bool", "default": True},
     "invocation_id": {"type": "str", "default": ""},
     "known_milestone": {"type": "str", "default": "started"},
     "chunk_seconds": {"type": "float", "default": 20},
@@ -224,7 +250,7 @@ def main():
                        chunk_s=p["chunk_seconds"], startup_timeout=p["startup_timeout"],
                        journal_lines=p["journal_lines"], verify_server=p["verify"], check_mode=module.check_mode,
                        api_key=p["api_key"], ready_timeout=p["ready_timeout"], http_timeout=p["http_timeout"],
-                       prompt=p["prompt"], max_new_tokens=p["max_new_tokens"], mode=p["mode"])
+                       prompt=p["prompt"], max_new_tokens=p["max_new_tokens"], mode=p["mode"], record=p["record"])
     except HealthError as exc:
         module.fail_json(msg=str(exc), stage="health", **exc.result)
     module.exit_json(changed=result.get("last_good_changed", False), stage="health", **result)

@@ -91,6 +91,27 @@ options:
   dist_init_addr:
     description: host:port of node 0 for C(--dist-init-addr) (needed with O(nnodes) > 1).
     type: str
+  allow_cross_node_tp:
+    description:
+      - Several nodes - let a TP group span nodes (its two allreduces per layer then cross the network). By default
+        such layouts are refused and TP stays inside a node.
+    type: bool
+    default: false
+  node_servers:
+    description:
+      - Several nodes - where each node's SGLang listens, in node-rank order (node 0 serves the API, the others
+        SGLang's health check server). Default O(host) and O(port) on every node.
+    type: list
+    elements: dict
+    suboptions:
+      host:
+        description: C(--host) of that node.
+        type: str
+        required: true
+      port:
+        description: C(--port) of that node.
+        type: int
+        required: true
   measured:
     description: Measured records (model, topology_fingerprint, layout, output_throughput, max_concurrency).
     type: list
@@ -254,6 +275,9 @@ ARGUMENT_SPEC = {
     "nnodes": {"type": "int", "default": 1},
     "node_rank": {"type": "int", "default": 0},
     "dist_init_addr": {"type": "str"},
+    "allow_cross_node_tp": {"type": "bool", "default": False},
+    "node_servers": {"type": "list", "elements": "dict", "options": {"host": {"type": "str", "required": True},
+                                                                     "port": {"type": "int", "required": True}}},
     "measured": {"type": "list", "elements": "dict", "default": []},
     "gpus": {"type": "list", "elements": "int"},
     "pp_layer_partition": {"type": "list", "elements": "int"},

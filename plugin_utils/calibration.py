@@ -70,7 +70,7 @@ def replay(case, tmp):
     request = planner.PlanRequest(
         node_topologies=[facts] * nodes, nnodes=nodes, dist_init_addr="10.0.0.1:50000" if nodes > 1 else None,
         model_path=str(ROOT / case["model"]["config"]), workload=case_workload(case),
-        sglang_version="0.5.9")
+        sglang_version="0.5.9", allow_cross_node_tp=True)   # a measured layout is replayed as it ran
     layouts = []
     for m in case["measured"]:
         layout = planner.parse_layout(m["layout"])

@@ -35,6 +35,7 @@ import time
 import urllib.error
 import urllib.request
 
+from . import health_nodes
 from .constants import base_version, server_view
 from .system import file_differs, journal, run as _run, show, write_atomic
 
@@ -93,9 +94,9 @@ def milestones(version=None):
     return table
 
 
-def milestone(lines, version=None):
-    """The milestone key of the last log line that is one (of that SGLang version), or 'started'."""
-    table = milestones(version)
+def milestone(lines, version=None, table=None):
+    """The milestone key of the last log line that is one (of that SGLang version, or of `table`), or 'started'."""
+    table = table or milestones(version)
     reached = "started"
     for line in lines:
         for key, words in table:
@@ -168,14 +169,17 @@ def _since_start(state, clock):
 
 def wait_chunk(unit, host, port, invocation_id=None, known="started", chunk_s=20.0, startup_timeout=0,
                poll_s=0.5, quick_poll_s=0.1, journal_lines=50, run=_run, clock=time.monotonic, sleep=time.sleep,
-               version=None):
+               version=None, table=None):
     """Watch the unit for up to chunk_s; return {state, milestone, label, invocation_id, port_open, since_start_s}.
-    `version`: the SGLang version the unit runs, whose log lines are the milestones.
+    `version`: the SGLang version the unit runs, whose log lines are the milestones; `table`: the milestones
+    themselves when they differ (a worker node's ready line, health_nodes.milestones).
 
     Looks every quick_poll_s during the first QUICK_START_S seconds of the start and once the port is open (a
     server that starts fast, or is about to be ready, is caught at once), every poll_s during a long load.
     Raises HealthError when the unit died, or when it is not ready startup_timeout seconds after its start
     (0 = no limit)."""
+    table = table or milestones(version)
+    labels = dict(table, started=STARTED)
     deadline = clock() + chunk_s
     looks = 0
     while True:
@@ -184,8 +188,8 @@ def wait_chunk(unit, host, port, invocation_id=None, known="started", chunk_s=20
         if invocation_id is None:
             invocation_id = state.get("InvocationID") or None
         lines = journal(unit, 400, run, HealthError, invocation_id)
-        reached = milestone(lines, version)
-        result = {"milestone": reached, "label": label(reached, version), "invocation_id": invocation_id,
+        reached = milestone(lines, table=table)
+        result = {"milestone": reached, "label": labels[reached], "invocation_id": invocation_id,
                   "active_state": state.get("ActiveState"), "port_open": False,
                   "since_start_s": _since_start(state, clock), "looks": looks}
         why = _dead_reason(state, invocation_id)
@@ -194,7 +198,7 @@ def wait_chunk(unit, host, port, invocation_id=None, known="started", chunk_s=20
             result.update(state="dead", error_lines=errors, last_lines=lines[-journal_lines:])
             raise HealthError(
                 "%s died while starting: %s. Last milestone: %s. Log lines with the error (journalctl -u %s):\n%s"
-                % (unit, why, result["label"], unit, "\n".join(errors or lines[-15:]) or "(no log lines)"), result)
+                % (unit, why, labels[reached], unit, "\n".join(errors or lines[-15:]) or "(no log lines)"), result)
         result["port_open"] = port_open(host, port)
         if result["port_open"] and reached == "ready":
             result["state"] = "ready"
@@ -207,7 +211,7 @@ def wait_chunk(unit, host, port, invocation_id=None, known="started", chunk_s=20
             raise HealthError(
                 "%s is not ready %s s after its start (timeout %s s): last milestone: %s; port %s %s. "
                 "Last log lines (journalctl -u %s):\n%s"
-                % (unit, result["since_start_s"], startup_timeout, result["label"], port,
+                % (unit, result["since_start_s"], startup_timeout, labels[reached], port,
                    "open" if result["port_open"] else "still closed", unit, "\n".join(lines[-15:]) or "(no log lines)"),
                 result)
         if clock() >= deadline:
@@ -306,6 +310,8 @@ def verify(plan, http=http_request, api_key="", ready_timeout=30.0, http_timeout
                               "(%d tries; the last one %s)" % (url, ready_timeout, tries, _answer(status, text)))
         sleep(poll_s)
     health_s = round(clock() - started, 1)
+    if health_nodes.is_worker(plan):    # SGLang's health check server of a node >= 1: nothing else to ask
+        return {"url": url, "health_s": health_s, "worker": True}
     headers = {"Authorization": "Bearer " + api_key} if api_key else {}
     key_hint = " (the server wants an API key: set topolaunch_api_key)" if not api_key else \
         " (the server refused our API key: check topolaunch_api_key)"
@@ -361,24 +367,32 @@ def read_last_good(path):
 def check(unit, plan_path, last_good_path, invocation_id=None, known="started", chunk_s=20.0, startup_timeout=0,
           journal_lines=50, verify_server=False, check_mode=False, api_key="", ready_timeout=30.0, http_timeout=60.0,
           prompt="The capital of France is", max_new_tokens=8, owner=(0, 0), run=_run, http=http_request,
-          clock=time.monotonic, sleep=time.sleep, mode="start"):
+          clock=time.monotonic, sleep=time.sleep, mode="start", record=True, proc_root="/proc"):
     """One call of sglang_health.
 
-    mode start: read the plan, wait one chunk; when ready and verify_server, verify the server and record the plan
-    as last known good (mode 0644, `owner`). Returns the wait's result plus plan, already_serving (the first look
-    of a new wait found it serving: since_start_s is its uptime) and, verified: verified, last_good_changed, url,
-    health_s, generated_tokens, generated_text.
+    mode start: read the plan, wait one chunk; when ready and verify_server, verify the server (and on a server
+    across nodes, this node's rank processes) and, with `record`, record the plan as last known good (mode 0644,
+    `owner`). Returns the wait's result plus plan, already_serving (the first look of a new wait found it serving:
+    since_start_s is its uptime) and, verified: verified, last_good_changed, url, health_s, generated_tokens,
+    generated_text (a worker node: url, health_s, worker). Without `record` every result also carries the last
+    known good plan (last_good_plan, last_good_differs), as failures do: the nodes of one server record only once
+    every node passed (mode record), and roll back together when one did not.
     mode serving: one look; the server must be ready, answer /health 200 and run the last known good plan. Nothing
     is written.
+    mode record: record the plan the unit runs as the last known good one, and nothing else.
     A HealthError carries the plan in its result once it was read, and the last known good plan."""
     plan, text = read_plan(plan_path)
     try:
         if mode == "serving":
             return _serving(unit, plan, last_good_path, http, http_timeout, run, clock, sleep)
+        if mode == "record":
+            return {"state": "recorded", "plan": plan,
+                    "last_good_changed": record_last_good(text, last_good_path, check_mode=check_mode, owner=owner)}
         result = wait_chunk(unit, plan.get("host") or "127.0.0.1", plan["port"], invocation_id=invocation_id,
                             known=known, chunk_s=chunk_s, startup_timeout=startup_timeout,
                             journal_lines=journal_lines, run=run, clock=clock, sleep=sleep,
-                            version=plan.get("sglang_version"))
+                            version=plan.get("sglang_version"),
+                            table=health_nodes.milestones(plan, milestones(plan.get("sglang_version"))))
         result["plan"] = plan
         result["already_serving"] = (invocation_id is None and known == "started" and result["state"] == "ready"
                                      and result["looks"] == 1)
@@ -386,14 +400,25 @@ def check(unit, plan_path, last_good_path, invocation_id=None, known="started", 
             result.update(verify(plan, http=http, api_key=api_key, ready_timeout=ready_timeout,
                                  http_timeout=http_timeout, prompt=prompt, max_new_tokens=max_new_tokens,
                                  clock=clock, sleep=sleep))
-            result["last_good_changed"] = record_last_good(text, last_good_path, check_mode=check_mode, owner=owner)
+            problem = health_nodes.rank_problem(unit, plan, proc_root)
+            if problem:
+                raise HealthError(problem, dict(result, state="ranks"))
+            result["last_good_changed"] = (record_last_good(text, last_good_path, check_mode=check_mode, owner=owner)
+                                           if record else False)
             result["verified"] = True
+        if not record:
+            result.update(_last_good(last_good_path, plan))
         return result
     except HealthError as exc:
-        last_good = read_last_good(last_good_path)
-        exc.result.update(plan=plan, last_good_plan=last_good,
-                          last_good_differs=bool(last_good) and server_view(last_good) != server_view(plan))
+        exc.result.update(plan=plan, **_last_good(last_good_path, plan))
         raise
+
+
+def _last_good(last_good_path, plan):
+    """{last_good_plan, last_good_differs}: what a rollback from `plan` would go back to."""
+    last_good = read_last_good(last_good_path)
+    return {"last_good_plan": last_good,
+            "last_good_differs": bool(last_good) and server_view(last_good) != server_view(plan)}
 
 
 def _serving(unit, plan, last_good_path, http, http_timeout, run, clock, sleep):

@@ -62,7 +62,7 @@ import math
 import os
 import re
 
-from . import constants, model_config, plan_perf, plan_preflight
+from . import constants, model_config, plan_nodes, plan_perf, plan_preflight
 from .plan_args import FlagIndex, PLANNER_FLAGS, check_server_args, supported_versions, text_problem
 from .plan_score import Links, Shape, check_workload, estimate, gemm_peak, stage_time
 from .plan_topology import NodeTopology, nccl_env
@@ -291,12 +291,8 @@ def _fingerprint(nodes):
     return hashlib.sha256(joined.encode()).hexdigest()[:12]
 
 
-def _node_mapping(tp, pp, nnodes):
-    """SGLang 0.5.9's per-node share (engine._launch_scheduler_processes): (tp per node, pp per node, nodes per
-    pp rank)."""
-    pp_per_node = max(pp // nnodes, 1)
-    nodes_per_pp = max(nnodes // pp, 1)
-    return tp // nodes_per_pp, pp_per_node, nodes_per_pp
+# SGLang 0.5.9's per-node share (engine._launch_scheduler_processes): (tp per node, pp per node, nodes per pp rank)
+_node_mapping = plan_nodes.node_mapping
 
 
 def _int_input(value, name, reasons, low=None, high=None):
@@ -426,6 +422,8 @@ class _Context:
         self.topo_file = None
         # The efficiency constants of the estimates: plan_perf's, or this machine's fit (plan_fit.py) over them.
         self.eff, self.fit = plan_perf.EFFICIENCY, None
+        self.allow_cross_node_tp = False  # several nodes: TP groups spanning nodes only when asked for
+        self.node_servers = None          # several nodes: [{host, port}] per node (default: host and port)
         names = {n.gpus[i]["name"] for n in nodes for i in n.indices} or {"unknown"}
         self.gpu_names = sorted(names)
         first = next((n.gpus[i] for n in nodes for i in n.indices), {})
@@ -478,6 +476,10 @@ def evaluate(ctx, c):
         if pp < nnodes and (nnodes % pp or tp % (nnodes // pp)):
             node_reasons.append("SGLang would split each pp rank over %d nodes, which needs nnodes %% pp == 0 and "
                                 "tp %% (nnodes/pp) == 0" % max(nnodes // pp, 1))
+        elif not ctx.allow_cross_node_tp and plan_nodes.cross_node_tp_reason(tp, pp, nnodes):
+            reasons.append(plan_nodes.cross_node_tp_reason(tp, pp, nnodes))
+        if not node_reasons:
+            out["network"] = "; ".join(short for short, _sentence in plan_nodes.crossings(tp, pp, nnodes))
     reasons.extend(node_reasons)
     tp_local, pp_local, nodes_per_pp = _node_mapping(tp, pp, nnodes)
     if nnodes == 1:
@@ -814,7 +816,10 @@ class PlanRequest:
     model_path: the model directory on the target (always the launch's --model-path).
     layout: 'auto', a name (tp4pp2) or a mapping {tp, pp, dp, ep}. sglang_version: whose flag table applies.
     server_args: ServerArgs field names to values. host, port, served_model_name: where and as what it serves.
-    nnodes, node_rank, dist_init_addr: multi-node. measured: measured records (results.measured_records).
+    nnodes, node_rank, dist_init_addr: multi-node. allow_cross_node_tp: let TP groups span nodes (multi-node;
+    refused by default). node_servers: [{host, port}] per node in node-rank order, where each node's SGLang listens
+    (node 0 the API, the others SGLang's health check server; default host and port on every node).
+    measured: measured records (results.measured_records).
     gpus: the GPU indices the plan may use (None = all). pp_layer_partition: layers per PP stage (None = SGLang's
     split, or one balanced by layer cost when the model estimates it faster). workload: {input_len, output_len,
     concurrency} the estimate is made for. preflight: a preflight record (preflight.py) of a node's topology: its
@@ -827,7 +832,7 @@ class PlanRequest:
               "sglang_version": "0.5.9", "server_args": None, "host": "127.0.0.1", "port": 30000,
               "served_model_name": None, "nnodes": 1, "node_rank": 0, "dist_init_addr": None, "measured": None,
               "gpus": None, "pp_layer_partition": None, "workload": None, "preflight": None,
-              "nccl_topo_file": None, "fits": None}
+              "nccl_topo_file": None, "fits": None, "allow_cross_node_tp": False, "node_servers": None}
 
     def __init__(self, **fields):
         unknown = sorted(set(fields) - set(self.FIELDS))
@@ -846,9 +851,9 @@ def plan(request):
     fingerprint = _fingerprint(ctx.nodes)
     model_names = {ctx.model["name"], p["served"],
                    os.path.basename(str(request.model_path).rstrip("/")) if request.model_path else None} - {None}
-    # measured records of a multi-node run are stored under a node's fingerprint or the cluster's
-    measured_best = _measured_by_layout(request.measured, model_names,
-                                        {fingerprint} | {n.fingerprint for n in ctx.nodes}, ctx.workload, reasons,
+    # a multi-node run is filed under the cluster fingerprint only: one node's fingerprint names that node alone,
+    # whose own measurements (a one-node server) say nothing about the server across nodes
+    measured_best = _measured_by_layout(request.measured, model_names, {fingerprint}, ctx.workload, reasons,
                                         p["warnings"])
     candidates = rank(candidates, measured_best)
 
@@ -964,6 +969,12 @@ def _prepare(request):
         reasons.append("nnodes is %d but %d node topologies were given" % (nnodes_n, len(topologies)))
     if nnodes_n > 1 and not (isinstance(dist_init_addr, str) and re.match(r"^\[?[\w.:-]+\]?:\d{1,5}$", dist_init_addr)):
         reasons.append("nnodes %d needs dist_init_addr as host:port (node 0's address), got %r" % (nnodes_n, dist_init_addr))
+    if len(topologies) > 1 and all(isinstance(t, dict) for t in topologies):
+        node_reasons, node_warnings = plan_nodes.check_nodes(topologies)
+        reasons.extend(node_reasons)
+        warnings.extend(node_warnings)
+    node_servers, server_reasons = plan_nodes.check_node_servers(r.node_servers, nnodes_n)
+    reasons.extend(server_reasons)
     allowed = None
     if gpus is not None:
         if not isinstance(gpus, list) or not all(isinstance(g, int) and not isinstance(g, bool) for g in gpus):
@@ -1011,6 +1022,8 @@ def _prepare(request):
                            {_fingerprint(nodes)} | {n.fingerprint for n in nodes}, reasons)
     if ctx.fit:
         ctx.eff = dict(plan_perf.EFFICIENCY, **ctx.fit["efficiency"])
+    ctx.allow_cross_node_tp = bool(r.allow_cross_node_tp)
+    ctx.node_servers = node_servers
     total = sum(len(n.indices) for n in nodes) if nnodes_n == 1 else nnodes_n * min(len(n.indices) for n in nodes)
     layouts = enumerate_layouts(total, facts["moe"], nnodes_n) if total else []
     if wanted != "auto" and not any(all(l[k] == wanted[k] for k in ("tp", "pp", "dp", "ep")) for l in layouts):
@@ -1062,6 +1075,8 @@ def _public(c):
         out["fits"] = c["memory"]["fits"]
     if c.get("gpu_indices"):
         out["cuda_visible_devices"] = ",".join(str(g) for g in c["gpu_indices"])
+    if c.get("network"):
+        out["network"] = c["network"]
     return out
 
 
@@ -1164,6 +1179,8 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
                               ctx.preflight.get("created") or "?"))
     warnings = list(warnings) + nccl_notes + chosen.get("warnings", [])
     warnings.extend(_placement_warnings(ctx, chosen, placement))
+    warnings.extend("across nodes: " + sentence for _short, sentence in plan_nodes.crossings(tp, pp, nnodes))
+    servers = ctx.node_servers or [{"host": host, "port": port}] * nnodes
 
     base_argv = ["--model-path", str(model_path), "--served-model-name", str(served), "--host", str(host),
                  "--port", str(port), "--tp-size", str(tp), "--pp-size", str(pp)]
@@ -1183,13 +1200,17 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
 
     def node_argv(rank, order):
         argv = list(base_argv)
+        argv[argv.index("--host") + 1] = str(servers[rank]["host"])
+        argv[argv.index("--port") + 1] = str(servers[rank]["port"])
         if nnodes > 1:
             argv += ["--nnodes", str(nnodes), "--node-rank", str(rank), "--dist-init-addr", str(dist_init_addr)]
         return argv + numa_argv(ctx.nodes[rank], order, ctx.values)
 
     per_node = [{"node_rank": r, "argv": node_argv(r, order), "env": node_env(order), "gpu_indices": order,
                  "cuda_visible_devices": ",".join(str(g) for g in order),
-                 "topology_fingerprint": ctx.nodes[r].fingerprint} for r, order in enumerate(per_node_order)]
+                 "topology_fingerprint": ctx.nodes[r].fingerprint, "host": servers[r]["host"],
+                 "port": servers[r]["port"], "processes": plan_nodes.scheduler_titles(tp, pp, ep, nnodes, r)}
+                for r, order in enumerate(per_node_order)]
     mine = per_node[node_rank]
     if ctx.topo_file:
         mine["env"]["NCCL_TOPO_FILE"] = ctx.topo_file      # written on this host for its topology
@@ -1214,8 +1235,8 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
         "cuda_visible_devices": mine["cuda_visible_devices"],
         "env": mine["env"],
         "argv": mine["argv"],
-        "host": host,
-        "port": port,
+        "host": mine["host"],
+        "port": mine["port"],
         "model_path": str(model_path),
         "served_model_name": str(served),
         "sglang_version": version,
@@ -1244,6 +1265,7 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
     if nnodes > 1:
         result["per_node"] = per_node
         result["cluster_fingerprint"] = fingerprint
+        result["dist_init_addr"] = str(dist_init_addr)
     return result
 
 
@@ -1316,6 +1338,8 @@ def candidate_table(candidates):
         if c.get("measured"):
             tail = "measured %.0f tok/s at concurrency %s; GPUs %s" % (
                 c["measured"]["output_throughput"], c["measured"]["max_concurrency"], c.get("cuda_visible_devices", ""))
+        if c["valid"] and c.get("network"):
+            tail += "; network: " + c["network"]
         lines.append("%-14s %-5s %-6s %-9s %9s %11s  %s" % (
             c["name"], "yes" if c["valid"] else "no", "%.3f" % c["score"] if c["score"] is not None else "-",
             c["source"] or "-", "%.0f" % est["tokens_per_s"] if est.get("tokens_per_s") else "-",

@@ -16,8 +16,8 @@ import sys
 from .topology_findings import findings
 from .topology_render import cpulist, render_matrix, render_p2p, render_report
 
-__all__ = ["read_topology", "derive", "render_matrix", "render_p2p", "render_report", "fingerprint", "findings",
-           "import_nvml", "TopologyError", "P2P_INDICES"]
+__all__ = ["read_topology", "derive", "render_matrix", "render_p2p", "render_report", "fingerprint", "fingerprint_basis",
+           "findings", "import_nvml", "TopologyError", "P2P_INDICES"]
 
 # nvmlReturn_t values (nvml.h)
 ERR_UNINITIALIZED = 1
@@ -400,9 +400,9 @@ and the NUMA islands. Not in it: memory used/free, processes, UUIDs, PCI bus ids
 at idle), persistence mode, the driver's minor/patch version, NUMA node numbers (only the grouping)."""
 
 
-def fingerprint(facts):
-    """Stable 12-hex-digit id of what determines performance (see FINGERPRINT_DOC)."""
-    basis = {
+def fingerprint_basis(facts):
+    """What the fingerprint is taken over (see FINGERPRINT_DOC), as plain data: the planner compares nodes by it."""
+    return {
         "driver_branch": str(facts.get("driver_version", "")).split(".", maxsplit=1)[0],
         "gpu_count": facts["gpu_count"],
         "gpus": [[g["name"], g["memory"]["total_bytes"], g["compute_capability"],
@@ -412,5 +412,9 @@ def fingerprint(facts):
         "p2p": facts["p2p"],
         "numa_islands": facts["islands"]["numa"],
     }
-    blob = json.dumps(basis, sort_keys=True, separators=(",", ":"))
+
+
+def fingerprint(facts):
+    """Stable 12-hex-digit id of what determines performance (see FINGERPRINT_DOC)."""
+    blob = json.dumps(fingerprint_basis(facts), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:12]

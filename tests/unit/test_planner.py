@@ -417,10 +417,10 @@ def test_flashinfer_all_to_all_with_pp_is_warned(vnuma):
 def test_plan_takes_one_request_object(vnuma):
     with pytest.raises(planner.PlanError) as exc:
         planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layot="tp8")
-    assert exc.value.reasons == ["unknown plan request field(s) layot (known: dist_init_addr, fits, gpus, host, "
-                                 "layout, measured, model, model_path, nccl_topo_file, nnodes, node_rank, "
-                                 "node_topologies, port, pp_layer_partition, preflight, served_model_name, "
-                                 "server_args, sglang_version, topology, workload)"]
+    assert exc.value.reasons == ["unknown plan request field(s) layot (known: allow_cross_node_tp, dist_init_addr, "
+                                 "fits, gpus, host, layout, measured, model, model_path, nccl_topo_file, nnodes, "
+                                 "node_rank, node_servers, node_topologies, port, pp_layer_partition, preflight, "
+                                 "served_model_name, server_args, sglang_version, topology, workload)"]
     with pytest.raises(planner.PlanError, match="plan\\(\\) takes a PlanRequest, got dict"):
         planner.plan({"topology": vnuma})
     request = planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8")

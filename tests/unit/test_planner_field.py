@@ -226,9 +226,9 @@ def test_multi_node_argv_per_node(tmp_path):
     stages = plan["pp_layer_partition"]
     assert [s["node_ranks"] for s in stages] == [[0], [1]]
     assert stages[0]["gpus"] == [] and stages[1]["gpus"] == list(range(8))
-    # tp16 over two nodes: each node holds half of every TP group
+    # tp16 over two nodes (allowed): each node holds half of every TP group
     plan = planner.plan(planner.PlanRequest(node_topologies=nodes, nnodes=2, dist_init_addr="10.0.0.1:5000", model_path=GLM5,
-                                            layout="tp16"))
+                                            layout="tp16", allow_cross_node_tp=True))
     assert plan["per_node"][0]["cuda_visible_devices"] == "0,1,2,3,4,5,6,7"
 
 

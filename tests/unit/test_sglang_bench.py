@@ -99,3 +99,14 @@ def test_tune_and_report_states(tmp_path, run_action):
                                         "out_dir": str(tmp_path / "out")})["files"]
     assert written[0] == str(tmp_path / "out" / "FINDINGS.md")
     assert "## Tune of glm-5-nvfp4" in (tmp_path / "out" / "FINDINGS.md").read_text()
+
+
+def test_query_finds_a_server_across_nodes_under_its_cluster_fingerprint(tmp_path, run_action):
+    # bench files a server across nodes under the plan's cluster fingerprint, not node 0's topology fingerprint
+    plan = dict(PLAN, cluster_fingerprint="c1c2c3c4c5c6", per_node=[{"node_rank": 0}, {"node_rank": 1}])
+    run_id = run_action(sglang_bench, record_args(tmp_path, topology_fingerprint="c1c2c3c4c5c6", plan=plan))["run_id"]
+    assert _query(tmp_path, run_action, plan=plan)["measured_run"]["run_id"] == run_id
+    # a one-node run of node 0's topology says nothing about the server across nodes
+    other = tmp_path / "one-node"
+    run_action(sglang_bench, record_args(other, plan=plan))
+    assert _query(other, run_action, plan=plan)["measured_run"] is None

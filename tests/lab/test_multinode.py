@@ -1,0 +1,203 @@
+"""One SGLang server across two lab hosts (inventory/lab-multinode): deploy, layouts, a node failing, a node gone.
+
+The hosts of inventory/lab-multinode (node0 ssh 2205, node1 ssh 2206, 8 simulated RTX PRO 6000 each, the field
+spec; repository 18085; node 0's API on 30200, node 1's health check server on 30201; rendezvous 127.0.0.1:50200)
+are booted once, `ansible-playbook -i inventory/lab-multinode deploy.yml` brings the server up (tp8pp2 of
+GLM-5-NVFP4), and each case drives the user's command `deploy.yml --tags relaunch`. A fault is injected on one node
+as in test_lifecycle.py: the plans the planner made for a layout (each node's current_plan.json) with
+SGLANG_SIM_FAULT in node 1's env, passed as topolaunch_plan (an extra var, read per host).
+
+    .venv/bin/pytest -m lab tests/lab/test_multinode.py
+    TL_MULTINODE_INVENTORY=DIR ...   # a copy of the inventory on other ports (its hosts must be node0 and node1)
+"""
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+LAB_PY = ROOT / "lab" / "lab.py"
+INVENTORY = pathlib.Path(os.environ.get("TL_MULTINODE_INVENTORY") or ROOT / "inventory" / "lab-multinode")
+SSH_KEY = ROOT / ".lab" / "ssh" / "id_ed25519"
+NODES = ("node0", "node1")
+
+LAB_MISSING = os.geteuid() != 0 or not shutil.which("systemd-nspawn") or not shutil.which("debootstrap")
+pytestmark = [pytest.mark.lab, pytest.mark.skipif(LAB_MISSING, reason="needs root, systemd-nspawn and debootstrap")]
+
+
+def titles(layout_pp, tp, node):
+    """SGLang's scheduler titles on `node` for tpN x ppM on two nodes (M // 2 stages per node)."""
+    per_node = layout_pp // 2
+    return sorted("sglang::scheduler_PP%d_TP%d" % (p, t)
+                  for p in range(per_node * node, per_node * (node + 1)) for t in range(tp))
+
+
+class Cluster:
+    def __init__(self, inventory):
+        self.inventory = inventory
+        hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
+        self.hosts = hosts["all"]["children"]["gpu_hosts"]["children"]["sglang_servers"]["hosts"]
+        assert sorted(self.hosts) == list(NODES), self.hosts
+
+    def ssh(self, node, command, check=True):
+        proc = subprocess.run(
+            ["ssh", "-F", "/dev/null", "-i", str(SSH_KEY), "-p", str(self.hosts[node]["ansible_port"]),
+             "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+             "-o", "LogLevel=ERROR", "root@127.0.0.1", command], capture_output=True, text=True, check=False,
+            timeout=120)
+        if check:
+            assert proc.returncode == 0, "ssh %s %r: rc %s %s" % (node, command, proc.returncode, proc.stderr)
+        return proc.stdout
+
+    def lab(self, *args):
+        proc = subprocess.run([sys.executable, str(LAB_PY), "-i", str(self.inventory), *args], capture_output=True,
+                              text=True, check=False, timeout=900)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout
+
+    def play(self, *args):
+        """ansible-playbook deploy.yml on both nodes; returns (rc, output, seconds)."""
+        env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+        started = time.monotonic()
+        proc = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(self.inventory),
+                               "deploy.yml", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                              check=False, timeout=900)
+        return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started
+
+    def relaunch(self, *args):
+        return self.play("--tags", "relaunch", *args)
+
+    def plan(self, node, name="current_plan.json"):
+        return json.loads(self.ssh(node, "cat /var/lib/topolaunch/" + name))
+
+    def schedulers(self, node):
+        """Titles of the live scheduler processes on `node`, sorted."""
+        out = self.ssh(node, "ps -eo stat=,args= | awk '$1 !~ /^Z/ && $2 ~ /^sglang::scheduler/ {print $2}'")
+        return sorted(out.split())
+
+    def health(self, node):
+        port = self.hosts[node]["topolaunch_port"]
+        return self.ssh(node, "curl -s -o /dev/null -w '%%{http_code}' http://127.0.0.1:%d/health || true" % port)
+
+    def assert_serving(self, layout, pp, tp):
+        """Both nodes run their part of `layout` (current and last good plan), node 0's API and node 1's health
+        check server answer /health 200."""
+        for rank, node in enumerate(NODES):
+            plan = self.plan(node)
+            assert (plan["layout"]["name"], plan["node_rank"], plan["layout"]["nnodes"]) == (layout, rank, 2)
+            assert self.plan(node, "last_good_plan.json") == plan
+            assert self.schedulers(node) == titles(pp, tp, rank), node
+            assert self.health(node) == "200", node
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster(INVENTORY)
+    c.lab("up")
+    try:
+        rc, out, _ = c.play()
+        assert rc == 0, out[-6000:]
+        assert "the ranks of every node are running" in out, out[-4000:]
+        yield c
+    finally:
+        subprocess.run([sys.executable, str(LAB_PY), "-i", str(INVENTORY), "down"], capture_output=True, text=True,
+                       check=False, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def tp4pp4(cluster):
+    """Each node's plan of tp4pp4 (launched once), then tp8pp2 back in place."""
+    rc, out, _ = cluster.relaunch("-e", "layout=tp4pp4")
+    assert rc == 0, out[-6000:]
+    cluster.assert_serving("tp4pp4", 4, 4)
+    plans = {node: cluster.plan(node) for node in NODES}
+    rc, out, _ = cluster.relaunch("-e", "layout=tp8pp2")
+    assert rc == 0, out[-6000:]
+    return plans
+
+
+def test_deploy_runs_one_server_over_both_nodes(cluster):
+    cluster.assert_serving("tp8pp2", 2, 8)
+    plans = [cluster.plan(node) for node in NODES]
+    assert plans[0]["per_node"] == plans[1]["per_node"]
+    assert plans[0]["cluster_fingerprint"] == plans[1]["cluster_fingerprint"]
+    argv = plans[1]["argv"]
+    assert argv[argv.index("--node-rank") + 1] == "1" and argv[argv.index("--nnodes") + 1] == "2"
+    assert argv[argv.index("--port") + 1] == str(cluster.hosts["node1"]["topolaunch_port"])
+    # the inventory's cluster interface (topolaunch_socket_ifname: lo) reaches each node's server environment
+    for node in NODES:
+        env = cluster.ssh(node, "cat /etc/topolaunch/sglang.env").splitlines()
+        assert 'NCCL_SOCKET_IFNAME="lo"' in env and 'GLOO_SOCKET_IFNAME="lo"' in env, env
+    # the bench filed its results under the cluster fingerprint (node 0 measured; deploy.yml ran it)
+    fingerprint = plans[0]["cluster_fingerprint"]
+    assert list((ROOT / "results").glob("*/%s/tp8pp2/*.jsonl" % fingerprint)), fingerprint
+
+
+def test_second_deploy_changes_nothing_on_either_node(cluster):
+    # the running server is left alone on both nodes, and its bench run is found under the cluster fingerprint
+    rc, out, _ = cluster.play()
+    assert rc == 0, out[-6000:]
+    assert out.count("Leaving the server running: the same plan already runs") == 2, out[-6000:]
+    assert "tp8pp2 is already measured at this workload" in out, out[-6000:]
+    recap = [line.split() for line in out.split("PLAY RECAP", 1)[1].splitlines() if line.startswith(NODES)]
+    assert sorted(r[0] for r in recap) == list(NODES) and all("changed=0" in r for r in recap), recap
+
+
+def test_relaunch_switches_layouts_on_both_nodes(cluster, tp4pp4):
+    cluster.assert_serving("tp8pp2", 2, 8)     # tp4pp4 ran, then tp8pp2 came back (the fixture)
+    assert tp4pp4["node1"]["per_node"][1]["processes"] == titles(4, 4, 1)
+
+
+@pytest.mark.parametrize("fault, words", [
+    ("crash_during_load", "simulated fault SGLANG_SIM_FAULT=crash_during_load"),
+    # node 1's ranks never reach node 0's rendezvous: torch's client timeout after --dist-timeout (20 s here)
+    ("never_join", "The client socket has timed out after 20000ms while trying to connect to (127.0.0.1"),
+])
+def test_node1_failing_at_start_fails_fast_and_both_nodes_roll_back(cluster, tp4pp4, tmp_path, fault, words):
+    before = cluster.plan("node0", "last_good_plan.json")
+    for node, plan in tp4pp4.items():
+        plan = json.loads(json.dumps(plan))
+        if node == "node1":
+            plan["env"]["SGLANG_SIM_FAULT"] = fault
+        (tmp_path / ("plan-%s.json" % node)).write_text(json.dumps(plan))
+    extra = {"topolaunch_plan": "{{ lookup('ansible.builtin.file', '%s/plan-' ~ inventory_hostname ~ '.json') "
+                                "| from_json }}" % tmp_path}
+    # a generous startup timeout: the failure must be seen when it happens, not when the timeout ends
+    extra["health_startup_timeout"] = 300
+    rc, out, seconds = cluster.relaunch("-e", json.dumps(extra))
+    assert rc != 0
+    print("%s: the failed relaunch and the rollback took %.0f s" % (fault, seconds))
+    # node 1's own log lines say why
+    assert words in out, out[-6000:]
+    assert "Layout tp4pp4 failed its health check" in out
+    assert "Rolled back to the last known good layout tp8pp2" in out, out[-6000:]
+    assert seconds < 180, seconds     # plan, the failed start, the rollback (65 s and 82 s here): no wait to 300 s
+    cluster.assert_serving("tp8pp2", 2, 8)
+    assert cluster.plan("node0", "last_good_plan.json") == before
+
+
+def test_node1_unreachable_fails_before_anything_stops(cluster):
+    cluster.assert_serving("tp8pp2", 2, 8)
+    plan_before = cluster.plan("node0")
+    cluster.lab("stop", "node1")
+    try:
+        rc, out, _ = cluster.relaunch("-e", "layout=tp4pp4")
+        assert rc != 0
+        assert "UNREACHABLE" in out
+        assert "This server runs across the nodes node0, node1" in out and "node1 is not in this run" in out, \
+            out[-6000:]
+        # nothing was stopped, written or launched on node 0 (its server dies by itself, node 1's ranks being gone,
+        # and systemd may restart it: that is not ours to prevent)
+        assert cluster.plan("node0") == plan_before
+        assert "TASK [topolaunch.sglang.cleanup" not in out and "TASK [topolaunch.sglang.launch" not in out
+    finally:
+        cluster.lab("start", "node1")
+    rc, out, _ = cluster.relaunch("-e", "layout=tp8pp2")
+    assert rc == 0, out[-6000:]
+    cluster.assert_serving("tp8pp2", 2, 8)
