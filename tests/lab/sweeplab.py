@@ -60,14 +60,24 @@ class PrivateLab:
             raise RuntimeError("lab.py %s failed:\n%s\n%s" % (" ".join(args), proc.stdout, proc.stderr))
         return proc.stdout
 
-    def playbook(self, path, *args, extra=None, timeout=900):
-        """ansible-playbook on this inventory; returns the CompletedProcess (stdout and stderr together)."""
+    def popen(self, path, *args, extra=None):
+        """ansible-playbook on this inventory, started (stdout and stderr together, text); the caller waits."""
         cmd = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), str(ROOT / path), *args]
         if extra:
             cmd += ["-e", json.dumps(extra)]
         env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0")
-        return subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              check=False, timeout=timeout)
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def playbook(self, path, *args, extra=None, timeout=900):
+        """ansible-playbook on this inventory; returns the CompletedProcess (stdout and stderr together)."""
+        proc = self.popen(path, *args, extra=extra)
+        try:
+            stdout, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+        return subprocess.CompletedProcess(proc.args, proc.returncode, stdout)
 
     def ssh(self, command):
         """Run a command on the lab host as root; returns (rc, stdout)."""

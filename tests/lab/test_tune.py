@@ -9,7 +9,10 @@ tune ends with a healthy winner; with every candidate crashing the last known go
 """
 import json
 import os
+import re
 import shutil
+import signal
+import time
 
 import pytest
 
@@ -106,6 +109,31 @@ def test_tune_with_tags_relaunch_restarts_the_winner(first):
     assert main_pid() != pid and runs_of(first["tmp"] / "results") == before
     assert host_json("/var/lib/topolaunch/current_plan.json")["layout"]["name"] == TRUE_WINNER
     assert healthy()
+
+
+def test_an_interrupted_tune_goes_on_from_what_was_measured(first, tmp_path):
+    # Ctrl-C once the first candidate's run is stored (its meta file is written last), then the same command again
+    extra = {"layout": "tune", "topolaunch_results_dir": str(tmp_path / "results"),
+             "topolaunch_artifacts_dir": str(tmp_path / "artifacts")}
+    proc = TUNE.popen("deploy.yml", extra=extra)
+    try:
+        deadline = time.monotonic() + 600
+        while not list((tmp_path / "results").rglob(MODEL_PICK + "/*.meta.json")):
+            assert proc.poll() is None and time.monotonic() < deadline, "the first candidate was never stored"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode != 0
+    run = tune(tmp_path)
+    assert run.returncode == 0, run.stdout[-8000:]
+    measuring = re.search(r"measuring ([a-z0-9, ]+)", " ".join(run.stdout.split())).group(1).split(", ")
+    assert TRUE_WINNER in measuring and MODEL_PICK not in measuring, measuring
+    assert len(list((tmp_path / "results").rglob(MODEL_PICK + "/*.jsonl"))) == 1   # not measured again
+    assert host_json("/var/lib/topolaunch/current_plan.json")["layout"]["name"] == TRUE_WINNER and healthy()
 
 
 def test_a_candidate_that_crashes_is_recorded_and_the_tune_goes_on(first, tmp_path):
