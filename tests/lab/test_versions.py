@@ -172,12 +172,15 @@ def test_the_upgrade_installs_beside_moves_current_and_relaunches(lab, failed_up
     assert state["venvs"] == ["0.5.23", "0.5.9"]
     assert state["current"] == "/opt/sglang/venvs/0.5.23" and state["record"]["sglang_version"] == "0.5.23"
     assert (state["plan_version"], state["health"]) == ("0.5.23", "200")
-    # A later relaunch plans for the release installed (the inventory still says 0.5.9) and keeps the server.
+    # A later relaunch plans for the release installed (the inventory still says 0.5.9) and serves it again
+    # (--tags relaunch always restarts: launch_force).
     rc, out = lab.play("--tags", "relaunch", "--limit", "old")
     assert rc == 0, out[-6000:]
-    assert lab.state("old") == state
+    relaunched = lab.state("old")
+    assert relaunched["invocation"] != state["invocation"]
+    assert dict(relaunched, invocation=None) == dict(state, invocation=None)
     # A plan for a release not installed is refused before anything is stopped.
     rc, out = lab.play("--tags", "relaunch", "--limit", "old", extra={"sglang_installed_version": "0.5.9"})
     assert rc != 0
     assert "the plan is for SGLang 0.5.9 but this host has SGLang 0.5.23 installed and current" in out, out[-6000:]
-    assert lab.state("old")["invocation"] == state["invocation"]
+    assert lab.state("old") == relaunched
