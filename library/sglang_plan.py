@@ -161,6 +161,15 @@ options:
   sglang_python:
     description: SGLang venv python for the printed command line (default /opt/sglang/venvs/<version>/bin/python).
     type: str
+  installed_version_file:
+    description:
+      - The sglang role's record of the SGLang release installed and current on the host
+        (C(/etc/topolaunch/sglang_version.json)). When it can be read, the plan is for that release instead of
+        O(sglang_version), and the printed command line uses the venv it names. Read here, in the plan's own call, so
+        that a relaunch without the provision stage costs no extra round trip.
+      - A missing record leaves O(sglang_version); an unreadable one too, and the validate step refuses it, naming the
+        file, before anything is stopped.
+    type: path
   preflight_record:
     description:
       - The preflight stage's record on the host (C(/var/lib/topolaunch/preflight.json), module gpu_preflight).
@@ -252,9 +261,11 @@ reasons:
 """
 
 import json
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.topolaunch.sglang.plugins.module_utils.launch import ServiceError, installed_record
 from ansible_collections.topolaunch.sglang.plugins.module_utils.nccl_topo import written_for
 from ansible_collections.topolaunch.sglang.plugins.module_utils.plan_fit import plan_with_fit
 from ansible_collections.topolaunch.sglang.plugins.module_utils.planner import PlanError, PlanRequest, candidate_table, render_report
@@ -288,6 +299,7 @@ ARGUMENT_SPEC = {
     "tune_remeasure": {"type": "bool", "default": False},
     "tune_layouts": {"type": "list", "elements": "str", "default": []},
     "sglang_python": {"type": "str"},
+    "installed_version_file": {"type": "path"},
     "sysfs_root": {"type": "path", "default": "/sys"},
     "preflight_record": {"type": "path"},
     "nccl_topo_file": {"type": "path"},
@@ -301,6 +313,15 @@ def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = dict(module.params)
     python = p.pop("sglang_python")
+    record_file = p.pop("installed_version_file")
+    try:
+        installed = installed_record(record_file) if record_file else None
+    except ServiceError:
+        installed = None            # the validate step refuses it, naming the file
+    if installed:
+        p["sglang_version"] = installed["sglang_version"]
+        if isinstance(installed.get("venv"), str) and installed["venv"]:
+            python = os.path.join(installed["venv"], "bin", "python")
     facts = {}
     if p["topology"] is None and p["node_topologies"] is None:
         try:

@@ -44,7 +44,7 @@ from .system import file_differs, journal, run as _run, show, write_atomic
 from .text import control_character
 
 __all__ = ["ServiceError", "service", "validate", "plan_problems", "decide", "server_view", "env_values",
-           "config_values", "plan_changes", "verify_unit", "plan_text", "installed_version", "DEFAULTS", "SHOW_PROPS",
+           "config_values", "plan_changes", "verify_unit", "plan_text", "installed_record", "installed_version", "DEFAULTS", "SHOW_PROPS",
            "SERVER_CONFIG"]
 
 DEFAULTS = {
@@ -304,10 +304,10 @@ def plan_problems(plan, fingerprint=None, gpu_count=None):
     return problems
 
 
-def installed_version(path):
-    """The SGLang release installed and current on this host, as the sglang role recorded it in `path`
-    ({"sglang_version": ...}); None when nothing was recorded (a host provisioned before the record existed).
-    Raises ServiceError when the record cannot be read."""
+def installed_record(path):
+    """The sglang role's record of the SGLang release installed and current on this host, `path`
+    ({"sglang_version", "package_version", "venv"}), with sglang_version as its base release; None when nothing was
+    recorded (a host provisioned before the record existed). Raises ServiceError when the record cannot be read."""
     try:
         with open(path, encoding="utf-8") as f:
             record = json.load(f)
@@ -320,7 +320,12 @@ def installed_version(path):
     if not isinstance(version, str) or not version.strip():
         raise ServiceError("The installed SGLang version record %s has no sglang_version. Run the provision stage "
                            "(--tags provision), which writes it again; %s." % (path, NOTHING_STOPPED))
-    return base_version(version)
+    return dict(record, sglang_version=base_version(version))
+
+
+def installed_version(path):
+    """The SGLang release installed and current on this host (installed_record), or None."""
+    return (installed_record(path) or {}).get("sglang_version")
 
 
 def validate(o, run=_run):

@@ -195,3 +195,23 @@ def test_run_saves_a_new_fit_beside_the_results_not_in_check_mode(tmp_path, monk
     else:
         assert json.loads(path.read_text()) == fit and result["fit_saved_to"] == str(path)
         assert action.from_results(str(tmp_path / "results"))["fits"] == [fit]   # and read back for the next plan
+
+
+def test_module_plans_for_the_release_the_host_records_as_installed(vnuma, run_module, tmp_path):
+    """--tags relaunch without provision: the host's record (read in the plan's own call) decides the version and
+    the venv; no record or an unreadable one leaves sglang_version (validate refuses the unreadable one)."""
+    record = tmp_path / "sglang_version.json"
+    base = {"topology": vnuma, "model_path": model_path("glm-5-nvfp4"), "layout": "tp8", "sglang_version": "0.5.9",
+            "sglang_python": "/opt/sglang/venvs/0.5.9/bin/python", "installed_version_file": str(record)}
+    record.write_text(json.dumps({"sglang_version": "0.5.23+sim", "package_version": "0.5.23+sim",
+                                  "venv": "/opt/sglang/venvs/0.5.23"}))
+    code, out, _ = run_module(sglang_plan, base)
+    assert code == 0 and out["plan"]["sglang_version"] == "0.5.23"
+    assert any("/opt/sglang/venvs/0.5.23/bin/python -m sglang.launch_server" in line for line in out["report"])
+    for content in (None, "{not json"):
+        if content is None:
+            record.unlink()
+        else:
+            record.write_text(content)
+        code, out, _ = run_module(sglang_plan, base)
+        assert code == 0 and out["plan"]["sglang_version"] == "0.5.9"
