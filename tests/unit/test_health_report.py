@@ -1,17 +1,13 @@
 """The health role's closing line (roles/health/tasks/main.yml), rendered by Ansible itself: a server that the
 validate step left running (the same plan: a second `make demo`) is reported as "up for N s, not restarted", however
 sglang_health's first look went, and a server this play started as "ready N s after its start"."""
-import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
 import yaml
+from local_play import run_plays
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-BIN = pathlib.Path(sys.executable).parent
 WAIT = {"plan": {"served_model_name": "glm", "layout": {"name": "tp8"}, "gpu_indices": [0, 1], "port": 30000},
         "since_start_s": 71.9, "generated_tokens": 8, "generated_text": "Paris"}
 CASES = {
@@ -36,17 +32,7 @@ def reports(tmp_path_factory):
     for i, (case, variables) in enumerate(CASES.items()):
         plays.append({"name": case, "hosts": "localhost", "gather_facts": False, "vars": dict(defaults, **variables),
                       "tasks": [{"ansible.builtin.set_fact": {"report_%d" % i: msg}}]})
-    plays.append({"name": "write", "hosts": "localhost", "gather_facts": False, "tasks": [
-        {"ansible.builtin.copy": {"dest": str(base / "out.json"), "mode": "0600",
-                                  "content": "{{ [%s] | to_json }}" % ", ".join("report_%d" % i
-                                                                               for i in range(len(CASES)))}}]})
-    (base / "play.yml").write_text(json.dumps(plays))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "-e",
-                           "ansible_python_interpreter=" + sys.executable, str(base / "play.yml")], cwd=ROOT,
-                          env=env, capture_output=True, text=True, check=False, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return dict(zip(CASES, json.loads((base / "out.json").read_text())))
+    return dict(zip(CASES, run_plays(plays, base, ["report_%d" % i for i in range(len(CASES))])))
 
 
 @pytest.mark.parametrize("case, said", [

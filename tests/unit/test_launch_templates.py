@@ -2,20 +2,17 @@
 `%`, the API key reaches the server only through its config file (`--config PATH` on the command line, nothing in
 the env file), and the hardened unit is one systemd loads (`systemd-analyze verify`) and rates <= 4.5
 (`systemd-analyze security --offline`), without the settings that would break a GPU server."""
-import json
-import os
 import pathlib
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 import yaml
+from local_play import run_plays
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "roles" / "launch" / "templates"
-BIN = pathlib.Path(sys.executable).parent
 KEY = 'sk-t0p "s3cr3t" %h $HOME \\ end'
 PLAN = {"layout": {"name": "tp8", "tp": 8, "pp": 1, "dp": 1, "ep": 1, "nnodes": 1}, "gpu_indices": [0, 1],
         "cuda_visible_devices": "0,1", "topology_fingerprint": "a1b2c3d4e5f6", "sglang_version": "0.5.9",
@@ -47,16 +44,7 @@ def rendered(tmp_path_factory):
         plays.append({"name": case, "hosts": "localhost", "gather_facts": False, "vars": variables, "tasks": [
             {"ansible.builtin.set_fact": {"rendered_" + case: {
                 n: "{{ lookup('ansible.builtin.template', '%s/%s') }}" % (TEMPLATES, n) for n in NAMES}}}]})
-    plays.append({"name": "write", "hosts": "localhost", "gather_facts": False, "tasks": [
-        {"ansible.builtin.copy": {"dest": str(base / "rendered.json"), "mode": "0600", "content": "{{ %s | to_json }}"
-                                  % ("{%s}" % ", ".join("'%s': rendered_%s" % (c, c) for c in CASES))}}]})
-    (base / "render.yml").write_text(json.dumps(plays))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "-e",
-                           "ansible_python_interpreter=" + sys.executable, str(base / "render.yml")], cwd=ROOT,
-                          env=env, capture_output=True, text=True, check=False, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return json.loads((base / "rendered.json").read_text())
+    return dict(zip(CASES, run_plays(plays, base, ["rendered_" + c for c in CASES])))
 
 
 def unit_lines(text):

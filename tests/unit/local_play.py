@@ -1,0 +1,25 @@
+"""Run plays on localhost with the project's ansible.cfg, as the role-rendering unit tests do."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BIN = pathlib.Path(sys.executable).parent
+
+
+def run_plays(plays, base, facts):
+    """Run `plays` (a list of play dicts) from `base`; a last play writes the facts named in `facts` (registered by
+    the plays) as a JSON list in one module call. Returns that list; the run must succeed."""
+    out = pathlib.Path(base) / "facts.json"
+    plays = plays + [{"name": "write", "hosts": "localhost", "gather_facts": False, "tasks": [
+        {"ansible.builtin.copy": {"dest": str(out), "mode": "0600",
+                                  "content": "{{ [%s] | to_json }}" % ", ".join(facts)}}]}]
+    (pathlib.Path(base) / "play.yml").write_text(json.dumps(plays))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "-e",
+                           "ansible_python_interpreter=" + sys.executable, str(pathlib.Path(base) / "play.yml")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(out.read_text())
