@@ -13,7 +13,7 @@ TARBALL := build/topolaunch-sglang-$(VERSION).tar.gz
 INSTALLED := build/install/ansible_collections/topolaunch/sglang
 
 .PHONY: setup pth lock sglang-wheel sglang-flags fakenvml repo lab-up lab-down lab-status demo test lint unit collection \
-	sanity collection-test molecule lab-tests bench clean
+	sanity collection-test molecule lab-tests lab-tests-full bench clean
 
 setup: $(VENV)/.installed pth ## controller venv with the pinned requirements, collections/ on its path
 
@@ -95,8 +95,11 @@ sanity: collection ## ansible-test sanity in the installed collection (its own v
 molecule: setup repo
 	cd tests && $(CURDIR)/$(BIN)/molecule test --all
 
-lab-tests: setup repo ## pytest over lab hosts: lab.py itself, lifecycle faults, sweep
-	$(BIN)/pytest -q tests/lab
+lab-tests: setup repo ## pytest over lab hosts in parallel lanes (tests/lab/lanes.py), without the tests marked full
+	$(BIN)/python tests/lab/lanes.py
+
+lab-tests-full: setup repo ## the lab tests, those marked full too (longer scenarios left out of CI for time)
+	$(BIN)/python tests/lab/lanes.py --all
 
 bench: setup fakenvml
 	@for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f; done

@@ -194,6 +194,7 @@ def test_asked_against_a_running_server_it_refuses(deployed):
     assert unit_start("hang") == started and ssh("hang", "systemctl is-active " + UNIT).strip() == "active"
 
 
+@pytest.mark.full
 def test_stop_server_stops_measures_and_relaunches_the_same_plan(deployed):
     fingerprint = artifact("hang", "topology.json")["fingerprint"]
     before = artifact("hang", "preflight.json")[fingerprint]

@@ -102,6 +102,7 @@ def test_second_tune_measures_and_relaunches_nothing(first):
     assert healthy()
 
 
+@pytest.mark.full
 def test_tune_with_tags_relaunch_restarts_the_winner(first):
     pid, before = main_pid(), runs_of(first["tmp"] / "results")
     run = tune(first["tmp"], "--tags", "relaunch")
@@ -111,6 +112,7 @@ def test_tune_with_tags_relaunch_restarts_the_winner(first):
     assert healthy()
 
 
+@pytest.mark.full
 def test_an_interrupted_tune_goes_on_from_what_was_measured(first, tmp_path):
     # Ctrl-C once the first candidate's run is stored (its meta file is written last), then the same command again
     extra = {"layout": "tune", "topolaunch_results_dir": str(tmp_path / "results"),
