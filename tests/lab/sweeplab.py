@@ -9,6 +9,7 @@ bench/sweep_overhead.py.
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -19,6 +20,22 @@ SSH_KEY = ROOT / ".lab" / "ssh" / "id_ed25519"
 BIN = pathlib.Path(sys.executable).parent
 OWN = {"connection.yml", "lab.yml"}
 FIELD_SPEC = "proxmox-8x-rtx-pro-6000-vnuma"
+
+
+def copied_inventory(inv, name, repo_port, **settings):
+    """A test's own inventory at `inv`: group_vars/all holds copies of inventory/lab's files, then zz-<name>.yml (read
+    last: it wins) with the lab repository's port, the lab's ssh key, the controller's artifacts and results folders
+    beside the inventory (Ansible would read files inside it as inventory) and `settings`. Returns `inv`."""
+    group_all = inv / "group_vars" / "all"
+    group_all.mkdir(parents=True)
+    for src in (ROOT / "inventory" / "lab" / "group_vars" / "all").glob("*.yml"):
+        shutil.copy(src, group_all / src.name)
+    (group_all / ("zz-%s.yml" % name)).write_text(yaml.safe_dump(dict({
+        "lab_repo_port": repo_port, "lab_repo_url": "http://127.0.0.1:%d" % repo_port,
+        "ansible_ssh_private_key_file": str(SSH_KEY),
+        "topolaunch_artifacts_dir": str(inv.parent / "artifacts"),
+        "topolaunch_results_dir": str(inv.parent / "results")}, **settings)))
+    return inv
 
 
 class PrivateLab:

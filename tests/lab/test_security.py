@@ -30,6 +30,8 @@ import sys
 import pytest
 import yaml
 
+from sweeplab import copied_inventory
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LAB_PY = ROOT / "lab" / "lab.py"
 NAME = "h14-security"
@@ -109,17 +111,12 @@ class Host:
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
     inv = tmp_path_factory.mktemp("inventories") / NAME
-    (inv / "group_vars" / "all").mkdir(parents=True)
-    for f in (ROOT / "inventory" / "lab" / "group_vars" / "all").glob("*.yml"):
-        shutil.copy(f, inv / "group_vars" / "all" / f.name)
-    (inv / "group_vars" / "all" / "zz-security.yml").write_text(yaml.safe_dump({
-        "ansible_user": USER, "ansible_ssh_private_key_file": str(SSH_KEY),
-        "lab_repo_port": REPO_PORT, "lab_repo_url": "http://127.0.0.1:%d" % REPO_PORT, "topolaunch_port": SERVER_PORT,
-        "topolaunch_artifacts_dir": str(inv.parent / "artifacts"), "topolaunch_results_dir": str(inv.parent / "results"),
-        "launch_plan_file": str(inv.parent / "artifacts" / "{{ inventory_hostname }}" / "plan.json"),
-        "launch_extra_env": {"SGLANG_SIM_LOAD_SECONDS": "0", "SGLANG_SIM_CAPTURE_SECONDS": "0",
-                             "SGLANG_SIM_DRAIN_POLL_SECONDS": "0.2"},
-        "launch_drain_timeout": 2, "launch_stop_margin": 2, "health_startup_timeout": 60, "health_chunk_seconds": 5}))
+    copied_inventory(
+        inv, "security", REPO_PORT, ansible_user=USER, topolaunch_port=SERVER_PORT,
+        launch_plan_file=str(inv.parent / "artifacts" / "{{ inventory_hostname }}" / "plan.json"),
+        launch_extra_env={"SGLANG_SIM_LOAD_SECONDS": "0", "SGLANG_SIM_CAPTURE_SECONDS": "0",
+                          "SGLANG_SIM_DRAIN_POLL_SECONDS": "0.2"},
+        launch_drain_timeout=2, launch_stop_margin=2, health_startup_timeout=60, health_chunk_seconds=5)
     (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_hosts": {"children": {"sglang_servers": {
         "hosts": {HOST: {"ansible_port": SSH_PORT, "lab_gpu_spec": "proxmox-8x-rtx-pro-6000-vnuma"}}}}}}}}))
     up = subprocess.run([sys.executable, str(LAB_PY), "-i", str(inv), "up"], capture_output=True, text=True,

@@ -22,6 +22,8 @@ import sys
 import pytest
 import yaml
 
+from sweeplab import copied_inventory
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LAB_PY = ROOT / "lab" / "lab.py"
 NAME = "h13-versions"
@@ -75,16 +77,8 @@ class Lab:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     inv = tmp_path_factory.mktemp("inventories") / NAME
-    (inv / "group_vars" / "all").mkdir(parents=True)
-    for f in (ROOT / "inventory" / "lab" / "group_vars" / "all").glob("*.yml"):
-        shutil.copy(f, inv / "group_vars" / "all" / f.name)
-    (inv / "group_vars" / "all" / "zz-versions.yml").write_text(yaml.safe_dump({
-        "lab_repo_port": REPO_PORT, "lab_repo_url": "http://127.0.0.1:%d" % REPO_PORT,
-        "ansible_ssh_private_key_file": str(SSH_KEY),
-        # Outside the inventory directory (Ansible would read files there as inventory).
-        "topolaunch_artifacts_dir": str(inv.parent / "artifacts"), "topolaunch_results_dir": str(inv.parent / "results"),
-        "launch_extra_env": FAST, "launch_drain_timeout": 2, "launch_stop_margin": 2,
-        "health_startup_timeout": 60, "health_chunk_seconds": 5, "bench_concurrency": [2]}))
+    copied_inventory(inv, "versions", REPO_PORT, launch_extra_env=FAST, launch_drain_timeout=2, launch_stop_margin=2,
+                     health_startup_timeout=60, health_chunk_seconds=5, bench_concurrency=[2])
     hosts = {}
     for name, h in HOSTS.items():
         hosts[name] = {"ansible_port": h["ssh"], "lab_gpu_spec": "proxmox-8x-rtx-pro-6000-vnuma",
