@@ -628,7 +628,7 @@ def latest_failures(runs):
     newest = {}
     for run in runs:
         newest[(run["model"], run["topology_fingerprint"], run["layout"])] = run
-    return [f for f in failures([r for r in newest.values() if r["error"]])]
+    return list(failures([r for r in newest.values() if r["error"]]))
 
 
 # ---------------------------------------------------------------------------------------------------- fits, tunes
@@ -686,8 +686,8 @@ def tune_record(selection, outcomes, candidates, plan, workload):
     for name in names:
         out = done.get(name, {})
         measured = (final.get(name) or {}).get("measured") or {}
-        status = {"ok": "measured", "failed": "failed"}.get(out.get("status"), "measured before" if measured
-                                                              else "not measured")
+        status = {"ok": "measured", "failed": "failed"}.get(
+            out.get("status"), "measured before" if measured else "not measured")
         rows.append({"layout": name, "predicted": (predicted.get(name) or {}).get("estimate"),
                      "measured": measured.get("output_throughput"), "status": status,
                      "run_id": out.get("run_id"), "stage": out.get("stage"), "message": out.get("message"),

@@ -31,7 +31,7 @@ def cell_grid(record, p2p_disabled):
     (status, None). None when the record has no pair measured with this P2P setting."""
     gpus = record["gpus"]
     pos = {g: k for k, g in enumerate(gpus)}
-    cells = [[("missing", None) for _ in gpus] for _ in gpus]
+    cells = [[("missing", None)] * len(gpus) for _row in gpus]
     seen = False
     for p in record["pairs"]:
         if p["src"] not in pos or p["dst"] not in pos:
@@ -67,7 +67,7 @@ def draw(record, path, title=""):
     top = max([v for _name, grid in panels for row in grid for kind, v in row if kind == "gbps"] or [1.0])
     norm = colors.Normalize(vmin=0.0, vmax=top)
     cmap = matplotlib.colormaps[CMAP]
-    rects, bar = panel_rects(len(panels))
+    rects, colorbar_rect = panel_rects(len(panels))
     fig = plt.figure(figsize=(FIGSIZE[0] * len(panels), FIGSIZE[1]), dpi=DPI)
     gpus = record["gpus"]
     for (name, grid), rect in zip(panels, rects):
@@ -88,7 +88,7 @@ def draw(record, path, title=""):
         ax.set_ylabel("source GPU")
         ax.set_title("%s, GB/s one way" % name, fontsize=10)
     mappable = matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap)
-    fig.colorbar(mappable, cax=fig.add_axes(bar), label="GB/s")
+    fig.colorbar(mappable, cax=fig.add_axes(colorbar_rect), label="GB/s")
     simulated = bool(record.get("env", {}).get("simulated"))
     fig.suptitle("%sP2P copy bandwidth, preflight %s of topology %s%s" % (
         title + ": " if title else "", record.get("created") or "", record.get("fingerprint") or "-",

@@ -113,9 +113,9 @@ def provenance(group):
 def failure_lines(fails):
     lines = ["| when (run) | model | topology | layout | stage | what failed |", "| --- | --- | --- | --- | --- | --- |"]
     for f in fails:
-        lines.append("| %s | %s | %s | %s | %s | %s |" % (f["run_id"], f["model"], f["topology_fingerprint"],
-                                                           f["layout"], f["stage"],
-                                                           f["message"].replace("|", "\\|").replace("\n", " ")))
+        message = f["message"].replace("|", "\\|").replace("\n", " ")
+        cells = (f["run_id"], f["model"], f["topology_fingerprint"], f["layout"], f["stage"], message)
+        lines.append("| %s | %s | %s | %s | %s | %s |" % cells)
     return lines
 
 
@@ -286,7 +286,7 @@ def plot_group(group, out_dir):
     concurrencies = sorted({c for points in group["layouts"].values() for c in points})
     for layout in layouts:
         points = sorted(group["layouts"][layout].items())
-        ax.plot([c for c, _ in points], [p["output_throughput"] or 0.0 for _, p in points], marker="o", linewidth=2,
+        ax.plot([c for c, _point in points], [p["output_throughput"] or 0.0 for _c, p in points], marker="o", linewidth=2,
                 label=layout + (" (winner)" if group["winner"]["layout"] == layout else ""))
     ax.set_xscale("log", base=2)
     ax.set_xticks(concurrencies)
@@ -300,11 +300,11 @@ def plot_group(group, out_dir):
     ttfts = []
     for index, layout in enumerate(layouts):
         points = [(c, p) for c, p in sorted(group["layouts"][layout].items()) if p["ttft_p99_ms"] is not None]
-        xs = [p["output_throughput"] or 0.0 for _, p in points]
-        ys = [p["ttft_p99_ms"] for _, p in points]
+        xs = [p["output_throughput"] or 0.0 for _c, p in points]
+        ys = [p["ttft_p99_ms"] for _c, p in points]
         ttfts += ys
         ax.plot(xs, ys, marker="o", linewidth=2, label=layout)
-        for (c, _), x, y in zip(points, xs, ys):
+        for (c, _point), x, y in zip(points, xs, ys):
             # alternate label sides per layout so labels of close points do not sit on each other
             ax.annotate("c=%d" % c, (x, y), textcoords="offset points", xytext=(6, 6 if index % 2 == 0 else -13),
                         fontsize=8)
@@ -336,10 +336,10 @@ def plot_tune(tune, out_dir):
                                (width / 2, "measured_rel", "measured")):
         values = [r[key] or 0.0 for r in rows]
         bars = ax.bar([x + offset for x in xs], values, width, label=label)
-        for bar, r in zip(bars, rows):
+        for rect, r in zip(bars, rows):
             text = "failed" if key == "measured_rel" and r["status"] == "failed" else (
                 "-" if r[key] is None else "%.2f" % r[key])
-            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), textcoords="offset points",
+            ax.annotate(text, (rect.get_x() + rect.get_width() / 2, rect.get_height()), textcoords="offset points",
                         xytext=(0, 3), ha="center", fontsize=8)
     ax.axhline(1.0, color="gray", linewidth=1, linestyle="--")
     ax.set_xticks(list(xs))
@@ -377,11 +377,11 @@ def build(results_dir, out_dir=None, model=None, fingerprint=None, now=None):
     findings = os.path.join(out_dir, "FINDINGS.md")
     with open(findings, "w") as handle:
         handle.write(findings_md(groups, fails, plots, results_dir, now, tunes))
-    return [findings] + [os.path.join(out_dir, p) for made in plots.values() for _, p in made]
+    return [findings] + [os.path.join(out_dir, p) for made in plots.values() for _title, p in made]
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("results_dir", metavar="RESULTS_DIR")
     parser.add_argument("--out", help="where FINDINGS.md and plots/ go (default RESULTS_DIR)")
     parser.add_argument("--model", help="only this model")

@@ -46,8 +46,8 @@ from .preflight import expected_gbps
 from .system import file_differs, write_atomic
 from .topology import sysfs_bus_id
 
-__all__ = ["needed", "render", "write", "for_node", "sync", "written_for", "DEFAULT_PATH", "numa_groups", "measured_groups", "p2p_groups", "cpumask", "cpu_info",
-           "BRIDGE_CLASS", "GPU_CLASS"]
+__all__ = ["needed", "render", "write", "for_node", "sync", "written_for", "DEFAULT_PATH", "numa_groups",
+           "measured_groups", "p2p_groups", "cpumask", "cpu_info", "BRIDGE_CLASS", "GPU_CLASS"]
 
 BRIDGE_CLASS = "0x060400"
 GPU_CLASS = "0x030200"

@@ -159,8 +159,8 @@ def fit_machine(points, base=None, error=None):
     out = {"points": len(points), "ratios": independent, "constants": [], "efficiency": {},
            "error_before": round(median(before), 4) if before else None, "error_after": None}
     if independent == 0:
-        return dict(out, quality="none", why="no fit: it needs two layouts measured at one workload "
-                                              "(%d measured point%s)" % (len(points), "" if len(points) == 1 else "s"))
+        return dict(out, quality="none", why=("no fit: it needs two layouts measured at one workload (%d measured "
+                                              "point%s)" % (len(points), "" if len(points) == 1 else "s")))
     keys = determined_constants(points, base, independent)
     eff = base
     if keys:
@@ -176,9 +176,10 @@ def fit_machine(points, base=None, error=None):
     if independent < GOOD_FIT_RATIOS:
         poor.append("few points: %d independent ratio%s between measured layouts (%d or more make a good fit)"
                     % (independent, "" if independent == 1 else "s", GOOD_FIT_RATIOS))
-    if out["error_after"] > error:
+    fitted_error = out["error_after"] or 0.0
+    if fitted_error > error:
         poor.append("its error on these measurements (%.3f) is above the model's on the calibration set (%.3f)"
-                    % (out["error_after"], error))
+                    % (fitted_error, error))
     if not moved:
         poor.append("no constant moved")
     return dict(out, quality="poor" if poor else "good", why="; ".join(poor))
@@ -203,7 +204,7 @@ def of_this_machine(plan_result, records):
     names = {plan_result.get("model_name"), plan_result.get("served_model_name")} - {None}
     path = str(plan_result.get("model_path") or "").rstrip("/")
     if path:
-        names.add(path.split("/")[-1])
+        names.add(path.rsplit("/", maxsplit=1)[-1])
     prints = {plan_result.get("topology_fingerprint"), plan_result.get("cluster_fingerprint")}
     prints.update(n.get("topology_fingerprint") for n in plan_result.get("per_node") or [])
     return [rec for rec in records or [] if isinstance(rec, dict) and rec.get("model") in names

@@ -137,9 +137,9 @@ def check_nodes(topologies):
         this = _describe(facts)
         differ = [key for key in first if this[key] != first[key]]
         if differ:
-            reasons.append("node %d differs from node 0 in %s (%s): %s" % (
-                rank, ", ".join(differ), "; ".join("%s: node 0 %s, node %d %s" % (key, first[key], rank, this[key])
-                                                  for key in differ), SAME_NEEDED))
+            values = "; ".join("%s: node 0 %s, node %d %s" % (key, first[key], rank, this[key]) for key in differ)
+            reasons.append("node %d differs from node 0 in %s (%s): %s" % (rank, ", ".join(differ), values,
+                                                                           SAME_NEEDED))
             continue
         basis = _basis(facts)
         if first_basis is None or basis is None or basis == first_basis:

@@ -705,7 +705,7 @@ def _cross_socket(record, on_groups, p2p_off):
         why = "NCCL_P2P_LEVEL=SYS %s" % "; ".join(
             "%s on %s" % (g["status"], ",".join(map(str, g["gpus"]))) if g["status"] != "ok" else
             "%.1f vs %.1f GB/s on %s" % (g["busbw_gbps"] or 0.0, g["default_busbw_gbps"] or 0.0,
-                                          ",".join(map(str, g["gpus"]))) for g in groups)
+                                         ",".join(map(str, g["gpus"]))) for g in groups)
     by_size = {}
     for g in groups if proven else []:
         cur = by_size.setdefault(str(g["size"]), {"busbw_gbps": g["busbw_gbps"], "latency_us": g["latency_us"]})

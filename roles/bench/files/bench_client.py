@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Run the benchmark client with the server's API key, which never is on a command line or in the connection's
 environment, and keep the key out of everything the run leaves behind.
 
