@@ -162,8 +162,10 @@ def test_secrets_reach_nothing_but_the_server(host, secret_run):
     for secret in SECRETS:
         assert secret not in out, "a secret is in the -vvv playbook output"
         assert secret not in samples, "a secret was on a process's command line"
-    # The sampler saw the run: the server, the benchmark client (unprivileged) and the bench wrapper.
-    assert "sglang.launch_server" in samples and "sglang.bench_serving" in samples and "bench_client.py" in samples
+    # The sampler saw the run: the server, the benchmark client of the release (unprivileged: 0.5.9's
+    # sglang.bench_serving, 0.5.23's sglang.benchmark.serving) and the bench wrapper.
+    assert "sglang.launch_server" in samples and "bench_client.py" in samples
+    assert re.search(r"sglang\.(bench_serving|benchmark\.serving)", samples)
     assert "--config /var/lib/topolaunch/sglang-config.yaml" in samples and "--api-key" not in samples
     # No file another user can read holds either secret (the patterns come on stdin: on no command line).
     found = host.ssh("runuser -u nobody -- grep -rlsF -f /dev/stdin / --exclude-dir=proc --exclude-dir=sys "
@@ -197,7 +199,7 @@ def test_root_only_where_needed(secret_run):
     for privileged in ("Validate the plan on the host", "Stop topolaunch-sglang", "Replace topolaunch-sglang",
                        "Check that the server serves", "Make the client's output directory"):
         assert becomes(privileged), privileged
-    for plain in ("Plan the launch", "Run bench_serving at concurrency", "Read the versions in the SGLang venv",
+    for plain in ("Plan the launch", "Run the client at concurrency", "Read the versions in the SGLang venv",
                   "Fetch the client's output"):
         assert not becomes(plain), plain
     assert "ESTABLISH SSH CONNECTION FOR USER: %s" % USER in secret_run["output"]
