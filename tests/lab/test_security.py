@@ -63,6 +63,8 @@ while time.time() < deadline and not os.path.exists("/tmp/sampler.stop"):
                 pass
     out.flush()
     time.sleep(0.05)
+out.close()
+open("/tmp/sampler.done", "w").close()
 """
 
 
@@ -139,12 +141,15 @@ def secret_run(host, tmp_path_factory):
     unprivileged user samples every process's command line. Returns the playbook output."""
     tmp = tmp_path_factory.mktemp("secrets")
     secrets = host.extra(tmp, "vault.json", {"topolaunch_api_key": API_KEY, "model_weights_hf_token": HF_TOKEN})
-    host.ssh("rm -f /tmp/samples.txt /tmp/sampler.stop")
+    host.ssh("rm -f /tmp/samples.txt /tmp/sampler.stop /tmp/sampler.done")
     host.ssh("runuser -u nobody -- setsid python3 -c %s >/dev/null 2>&1 < /dev/null &" % shlex.quote(SAMPLER))
     rc, out = host.play("--tags", "relaunch,bench", "-e", "bench_force=true", "-e", secrets, "-vvv")
     host.ssh("touch /tmp/sampler.stop")
     assert rc == 0, out[-6000:]
-    samples = host.ssh("sleep 0.3; cat /tmp/samples.txt")
+    # The sampler's last pass ends with /tmp/sampler.done (at most 10 s).
+    done = host.ssh("for i in $(seq 100); do [ -e /tmp/sampler.done ] && echo done && break; sleep 0.1; done")
+    assert done.strip() == "done", "the sampler never stopped"
+    samples = host.ssh("cat /tmp/samples.txt")
     return {"output": out, "samples": samples}
 
 
