@@ -1,12 +1,12 @@
 """inventory/example: what a user copies plans without a complaint for the SGLang version it pins, and the lab and
 the project's defaults pin the same version."""
-import pathlib
 
 import yaml
 
 from ansible_collections.topolaunch.sglang.plugins.module_utils.plan_args import FlagIndex, check_server_args
+import paths
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 EXAMPLE = yaml.safe_load((ROOT / "inventory" / "example" / "group_vars" / "all" / "main.yml").read_text())
 DEFAULTS = yaml.safe_load((ROOT / "roles" / "topolaunch" / "defaults" / "main.yml").read_text())
 

@@ -1,9 +1,9 @@
 """The project's lab inventories: inventory/lab-multinode takes every lab setting of inventory/lab, linked, or its
 own file of the same name (its ports, its lifecycle settings). A file added to inventory/lab and forgotten here left
 the two-node lab without it (the preflight's stand-in worker: the real worker, which needs torch, ran there)."""
-import pathlib
+import paths
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 LAB = ROOT / "inventory" / "lab" / "group_vars" / "all"
 MULTINODE = ROOT / "inventory" / "lab-multinode" / "group_vars" / "all"
 

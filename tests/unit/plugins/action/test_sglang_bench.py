@@ -5,22 +5,7 @@ from ansible.errors import AnsibleActionFail
 
 from ansible_collections.topolaunch.sglang.plugins.action import sglang_bench
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils.bench import load_runs, load_tunes, measured_records
-from test_bench import bench_line
-
-PLAN = {"layout": {"name": "tp8", "tp": 8}, "argv": ["--tp-size", "8"], "port": 30000, "model_name": "glm-5-nvfp4",
-        "topology_fingerprint": "a1b2c3d4e5f6", "reason": "auto"}
-BENCH = {"dataset_name": "random-ids", "input_len": 64, "output_len": 16}
-
-
-def record_args(tmp_path, completed=8, **kw):
-    args = {"results_dir": str(tmp_path), "model": "glm-5-nvfp4", "topology_fingerprint": "a1b2c3d4e5f6",
-            "layout": "tp8", "started": "2026-11-30T10:15:02Z",
-            "points": [{"max_concurrency": 1, "num_prompts": 8}],
-            "lines": bench_line(concurrency=1, completed=completed, output_throughput=321.0) + "\n",
-            "meta": {"host": "field"}, "bench": BENCH, "versions": {"sglang": "0.5.9"}, "plan": PLAN}
-    args.update(kw)
-    return args
-
+from bench_cases import BENCH, CANDIDATES, FINAL, OUTCOMES, PLAN, SELECTION, record_args
 
 def test_record_then_measured(tmp_path, run_action):
     out = run_action(sglang_bench, record_args(tmp_path))
@@ -78,7 +63,6 @@ def test_query_skips_failed_and_partial_runs(tmp_path, run_action):
 
 
 def test_tune_and_report_states(tmp_path, run_action):
-    from test_bench import CANDIDATES, FINAL, OUTCOMES, SELECTION
     run_action(sglang_bench, record_args(tmp_path))
     args = {"state": "tune", "results_dir": str(tmp_path), "model": "glm-5-nvfp4",
             "topology_fingerprint": "a1b2c3d4e5f6", "started": "2026-11-30T10:00:00Z",

@@ -1,15 +1,15 @@
 """Every module documents exactly its argument spec (types, defaults, aliases), its shared options come from the
 doc fragment topolaunch.sglang.common, and the shared names are the same in the fragment, constants.py and the
 shared role topolaunch's defaults. (ansible-test sanity's validate-modules checks the same and more in CI.)"""
-import pathlib
 
 import pytest
 import yaml
 
 from ansible_collections.topolaunch.sglang.plugins.doc_fragments.common import ModuleDocFragment
 from ansible_collections.topolaunch.sglang.plugins.module_utils import constants
+import paths
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 MODULES = sorted(p.stem for p in (ROOT / "library").glob("*.py"))
 ACTION_ONLY = {"sglang_bench"}          # documentation of an action plugin: no argument spec of its own
 

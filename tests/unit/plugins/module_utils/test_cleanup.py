@@ -6,7 +6,6 @@ that switch users need root (CI runs as root).
 """
 import json
 import os
-import pathlib
 import socket
 import subprocess
 import threading
@@ -17,12 +16,13 @@ import pytest
 from ansible_collections.topolaunch.sglang.plugins.modules import gpu_cleanup
 from ansible_collections.topolaunch.sglang.plugins.module_utils.cleanup import (DEFAULTS, CleanupError, _summary, classify, cleanup, in_unit_cgroup, read_process,
                                 stop_unit)
+import paths
 
 SPEC = "proxmox-8x-rtx-pro-6000-vnuma"        # 8 GPUs, 560 MiB used with no process
 GIB = 1 << 30
 OURS = "nobody"
 OTHER = "daemon"
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
 
 

@@ -19,58 +19,7 @@ from simlab import Lab, free_port, sim_site, sim_wheels  # noqa: F401  pylint: d
 from ansible_collections.topolaunch.sglang.plugins.module_utils.system import parse_show
 from ansible_collections.topolaunch.sglang.plugins.module_utils.health import (HealthError, base_url, check, error_lines, milestone, port_open,
                                read_plan, record_last_good, verify, wait_chunk)
-
-LOG = [
-    "[2026-11-30 01:00:00] server_args=ServerArgs(model_path='/srv/models/glm-5-nvfp4', tp_size=8)",
-    "[2026-11-30 01:00:02 TP0] Load weight begin. avail mem=93.10 GB",
-    "[2026-11-30 01:03:40 TP0] Load weight end. type=GlmMoeDsaForCausalLM, dtype=torch.bfloat16, elapsed=218.0 s",
-    "[2026-11-30 01:03:41 TP0] Capture cuda graph begin. This can take up to several minutes.",
-    "[2026-11-30 01:07:10 TP0] Capture cuda graph end. Time elapsed: 209.0 s.",
-    "[2026-11-30 01:07:12] The server is fired up and ready to roll!",
-]
-CRASH = LOG[:2] + [
-    "[2026-11-30 01:00:05 TP3] Scheduler hit an exception: Traceback (most recent call last):",
-    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
-    "[2026-11-30 01:00:05] Received sigquit from a child process. It usually means the child failed.",
-    "topolaunch-sglang.service: Main process exited, code=killed, status=9/KILL",
-]
-
-
-class Unit:
-    """Scripted systemctl/journalctl: each poll advances one step of (properties, journal lines)."""
-
-    def __init__(self, steps):
-        self.steps = steps
-        self.i = 0
-        self.calls = []
-
-    def run(self, argv):
-        self.calls.append(argv)
-        props, lines = self.steps[min(self.i, len(self.steps) - 1)]
-        if argv[0] == "systemctl":
-            return 0, "".join("%s=%s\n" % kv for kv in props.items()), ""
-        self.i += 1                        # journalctl is read after systemctl: one step per poll
-        return 0, "".join(line + "\n" for line in lines), ""
-
-
-def active(**kw):
-    base = {"LoadState": "loaded", "ActiveState": "active", "SubState": "running", "Result": "success",
-            "NRestarts": "0", "InvocationID": "abc123", "ExecMainStatus": "0", "ExecMainCode": "0",
-            "ExecMainStartTimestampMonotonic": "0"}
-    base.update(kw)
-    return base
-
-
-class Clock:
-    def __init__(self):
-        self.t = 1000.0
-
-    def __call__(self):
-        return self.t
-
-    def sleep(self, s):
-        self.t += s
-
+from health_cases import CRASH, LOG, ME, Clock, Unit, active
 
 @pytest.fixture
 def closed_port():
@@ -289,7 +238,6 @@ PLAN = {"layout": {"name": "tp8", "tp": 8, "pp": 1}, "gpu_indices": list(range(8
 INFO = {"model_path": "/srv/models/glm-5-nvfp4", "is_generation": True}
 GENERATED = {"text": " Paris. The capital of Germany is", "meta_info": {"completion_tokens": 8, "prompt_tokens": 5}}
 KEY = "tl-test-key-6f1c0b9e2d"
-ME = (os.geteuid(), os.getegid())           # owner of what the tests write (root in production)
 
 
 class Server:

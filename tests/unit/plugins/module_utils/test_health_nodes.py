@@ -4,9 +4,8 @@ with record=false nothing is recorded until mode record, and every result says w
 import json
 
 import pytest
-
-from test_health import LOG, ME, Clock, Unit, active
 from ansible_collections.topolaunch.sglang.plugins.module_utils import health, health_nodes, plan_nodes
+from health_cases import LOG, ME, Clock, Unit, active
 
 UNIT = "topolaunch-sglang.service"
 WORKER_LOG = LOG[:5] + ["[2026-11-30 01:07:12] Dummy health check server started in background thread at "

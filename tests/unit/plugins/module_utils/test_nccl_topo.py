@@ -2,15 +2,15 @@
 real GPU (tests/fixtures/preflight/h200x1-vm/nccl: NCCL 2.28.9 loading files made by nccl_topo.render)."""
 import copy
 import json
-import pathlib
 import sys
 import xml.etree.ElementTree as ET
 
 from plan_cases import fake_facts
 from ansible_collections.topolaunch.sglang.plugins.module_utils import nccl_topo, preflight
 from topology_cases import load_spec
+import paths
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 STANDIN = str(ROOT / "lab" / "preflight" / "worker_standin.py")
 PROOF = ROOT / "tests" / "fixtures" / "preflight" / "h200x1-vm"
 ALL_CPUS = range(64)

@@ -3,15 +3,15 @@ the table values, measured allreduce figures replace the link efficiency, plan_f
 only when proven, NCCL_TOPO_FILE when written; a record of another topology or a bad one changes nothing.
 Records come from the lab stand-in (lab/preflight/worker_standin.py) over the lab specs."""
 import copy
-import pathlib
 import sys
 
 import pytest
 
 from plan_cases import model_path, synth_facts
 from ansible_collections.topolaunch.sglang.plugins.module_utils import plan_preflight, planner, preflight
+import paths
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 STANDIN = str(ROOT / "lab" / "preflight" / "worker_standin.py")
 SPECS = ROOT / "lab" / "specs"
 VNUMA = "proxmox-8x-rtx-pro-6000-vnuma"

@@ -1,15 +1,15 @@
 """The planner's performance model (plan_score.py), one test per error issue 11 found in the old heuristic, plus
 the calibration set replayed through it (tools/calibration.py)."""
 import json
-import pathlib
 
 import pytest
 
 from plan_cases import FIELD_ARGS, model_path, synth_facts
 from ansible_collections.topolaunch.sglang.plugins.module_utils import plan_perf, plan_score, planner
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils import calibration
+import paths
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 CALIBRATION = ROOT / "tests" / "calibration"
 calibration.ROOT = ROOT   # the set of this checkout, also when the built collection is the one imported
 VNUMA = "proxmox-8x-rtx-pro-6000-vnuma"

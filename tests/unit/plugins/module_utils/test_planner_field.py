@@ -2,9 +2,9 @@
 import pytest
 
 from plan_cases import FIELD_ARGS, fake_facts, model_path, subset_spec, synth_facts
-from test_sglang_flags import build_parser
 from ansible_collections.topolaunch.sglang.plugins.module_utils import planner
 from ansible_collections.topolaunch.sglang.plugins.module_utils.plan_args import FLAG_TABLES
+from flag_cases import build_parser
 
 FLAGS = FLAG_TABLES["0.5.9"]
 

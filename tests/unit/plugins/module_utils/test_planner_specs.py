@@ -2,10 +2,10 @@
 import pytest
 
 from plan_cases import MODEL_NAMES, fake_facts, model_path
-from test_sglang_flags import build_parser
 from ansible_collections.topolaunch.sglang.plugins.module_utils import planner
 from ansible_collections.topolaunch.sglang.plugins.module_utils.plan_args import FLAG_TABLES
 from topology_cases import all_specs
+from flag_cases import build_parser
 
 FLAGS = FLAG_TABLES["0.5.9"]
 PARSER = build_parser(FLAGS)

@@ -2,15 +2,15 @@
 the P2P-off pass, findings and plan_fixes, tables and figures. The worker is tests/unit/preflight_fake_worker.py
 (behaviour from $FAKE_WORKER); the lab stand-in's runs are in test_preflight_standin.py."""
 import json
-import pathlib
 import sys
 import time
 
 import pytest
 
 from ansible_collections.topolaunch.sglang.plugins.module_utils import preflight
+import paths
 
-HERE = pathlib.Path(__file__).resolve().parent
+HERE = paths.ROOT / "tests" / "unit"
 FAKE = str(HERE / "preflight_fake_worker.py")
 EIGHT = list(range(8))
 

@@ -4,11 +4,11 @@ and the other proofs of that run: the hang kills and the per-step costs.
 
 One GPU: the local copy, a one-rank allreduce and the hangs are real; pairs and multi-GPU allreduces are not."""
 import json
-import pathlib
 
 from ansible_collections.topolaunch.sglang.plugins.module_utils import preflight
+import paths
 
-FIXTURE = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "preflight" / "h200x1-vm"
+FIXTURE = paths.FIXTURES / "preflight" / "h200x1-vm"
 
 
 def load(name):

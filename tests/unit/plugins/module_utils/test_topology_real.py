@@ -1,15 +1,15 @@
 """The topology reader on answers recorded from a real machine (2x H200, NVSwitch, Firecracker VM; see
 tests/fixtures/nvml/README.md): its reading must match what nvidia-smi printed there, byte for byte."""
 import json
-import pathlib
 
 import pytest
 
 from ansible_collections.topolaunch.sglang.plugins.module_utils import topology
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils.topology_replay import Replay
 import nvml_dump
+import paths
 
-FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "nvml"
+FIXTURES = paths.FIXTURES / "nvml"
 
 
 def recording(name):

@@ -1,14 +1,14 @@
 """library/gpu_preflight.py main(): check mode plans only, a run measures (lab stand-in) and writes the record,
 the same fingerprint reuses it, bad input fails naming the value before anything runs."""
 import json
-import pathlib
 import sys
 
 import pytest
 
 from ansible_collections.topolaunch.sglang.plugins.modules import gpu_preflight
+import paths
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 STANDIN = str(ROOT / "lab" / "preflight" / "worker_standin.py")
 SPECS = ROOT / "lab" / "specs"
 

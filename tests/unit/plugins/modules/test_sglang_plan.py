@@ -10,9 +10,9 @@ from ansible_collections.topolaunch.sglang.plugins.action import sglang_bench
 from ansible_collections.topolaunch.sglang.plugins.action import sglang_plan as action
 from ansible_collections.topolaunch.sglang.plugins.modules import sglang_plan
 from actions import make_action
-from test_sglang_bench import record_args
 from plan_cases import FIELD_ARGS, model_path, synth_facts
 from topology_cases import make_sysfs
+from bench_cases import record_args
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,13 @@ derived machine totals that agree with the published figures beside them. The se
 """
 import copy
 import json
-import pathlib
 import re
 
 import pytest
 import yaml
+import paths
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 CAL = ROOT / "tests" / "calibration"
 SPEC_DIRS = (CAL / "specs", ROOT / "lab" / "specs")
 LAYOUT = re.compile(r"^tp(\d+)(?:pp(\d+))?(?:dp(\d+))?(?:ep(\d+))?$")

@@ -2,7 +2,6 @@
 place), and the gpu_preflight action plugin keeps the record under its fingerprint on the controller with the
 heatmap beside it."""
 import json
-import pathlib
 import sys
 
 import pytest
@@ -12,8 +11,9 @@ from ansible_collections.topolaunch.sglang.plugins.action import gpu_preflight a
 from ansible_collections.topolaunch.sglang.plugins.module_utils import preflight
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils import preflight_plot
 from actions import make_action
+import paths
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 STANDIN = str(ROOT / "lab" / "preflight" / "worker_standin.py")
 HANG = ROOT / "lab" / "specs" / "proxmox-8x-rtx-pro-6000-p2p-hang.json"
 

@@ -3,10 +3,9 @@ import os
 import pathlib
 import struct
 import sys
-
-from test_bench import SERVER_INFO_SIM, bench_line
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils import bench as results
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils import report
+from bench_cases import SERVER_INFO_SIM, bench_line, tune_data
 
 TOPOLOGY = {"fingerprint": "a1b2c3d4e5f6", "gpu_count": 8, "driver_version": "580.95.05", "cuda_driver_version": "13.0",
             "gpus": [{"name": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}] * 8}
@@ -121,7 +120,6 @@ def test_filters(tmp_path, capsys):
 
 
 def test_a_tune_shows_predicted_against_measured(tmp_path):
-    from test_bench import tune_data
     store(tmp_path, "tp8", "2026-11-30T10:00:00Z", {4: 1800.0}, server_info=SERVER_INFO_SIM)
     results.record_tune(str(tmp_path), "glm-5-nvfp4", "a1b2c3d4e5f6", "2026-11-30T09:59:00Z",
                         dict(tune_data(), host="field"))

@@ -1,13 +1,13 @@
 """The health role's closing line (roles/health/tasks/main.yml), rendered by Ansible itself: a server that the
 validate step left running (the same plan: a second `make demo`) is reported as "up for N s, not restarted", however
 sglang_health's first look went, and a server this play started as "ready N s after its start"."""
-import pathlib
 
 import pytest
 import yaml
 from local_play import run_plays
+import paths
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 WAIT = {"plan": {"served_model_name": "glm", "layout": {"name": "tp8"}, "gpu_indices": [0, 1], "port": 30000},
         "since_start_s": 71.9, "generated_tokens": 8, "generated_text": "Paris"}
 CASES = {

@@ -2,7 +2,6 @@
 `%`, the API key reaches the server only through its config file (`--config PATH` on the command line, nothing in
 the env file), and the hardened unit is one systemd loads (`systemd-analyze verify`) and rates <= 4.5
 (`systemd-analyze security --offline`), without the settings that would break a GPU server."""
-import pathlib
 import re
 import shutil
 import subprocess
@@ -10,8 +9,9 @@ import subprocess
 import pytest
 import yaml
 from local_play import run_plays
+import paths
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 TEMPLATES = ROOT / "roles" / "launch" / "templates"
 KEY = 'sk-t0p "s3cr3t" %h $HOME \\ end'
 PLAN = {"layout": {"name": "tp8", "tp": 8, "pp": 1, "dp": 1, "ep": 1, "nnodes": 1}, "gpu_indices": [0, 1],

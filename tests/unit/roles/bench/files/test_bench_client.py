@@ -3,11 +3,11 @@ never is on a command line, and what the client prints and writes reaches nobody
 import importlib.util
 import json
 import os
-import pathlib
 import subprocess
 import sys
+import paths
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 WRAPPER = ROOT / "roles" / "bench" / "files" / "bench_client.py"
 KEY = 'sk-b3nch "k3y" \\ ünï'
 spec = importlib.util.spec_from_file_location("bench_client", WRAPPER)

@@ -6,14 +6,14 @@ the hosts are Debian 12 (python3 3.11), Ubuntu 22.04 (3.10; apt offers python3.1
 """
 import importlib.util
 import json
-import pathlib
 import subprocess
 import sys
 
 import pytest
 import yaml
+import paths
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = paths.ROOT
 SCRIPT = ROOT / "roles" / "sglang" / "files" / "sglang_python.py"
 _spec = importlib.util.spec_from_file_location("sglang_python", SCRIPT)
 sglang_python = importlib.util.module_from_spec(_spec)
