@@ -1,5 +1,11 @@
-"""A server's log lines and scripted systemd and clock, as the tests of health.py and health_nodes.py use them."""
+"""A server's log lines, scripted systemd, clock and HTTP server, a state directory with the plan the unit runs: as
+the tests of health.py, health_nodes.py and the module sglang_health use them."""
+import json
 import os
+
+import pytest
+
+from ansible_collections.topolaunch.sglang.plugins.module_utils import health as module_health
 
 ME = (os.geteuid(), os.getegid())           # owner of what the tests write (root in production)
 
@@ -53,3 +59,45 @@ class Clock:
 
     def sleep(self, s):
         self.t += s
+
+
+PLAN = {"layout": {"name": "tp8", "tp": 8, "pp": 1}, "gpu_indices": list(range(8)), "host": "127.0.0.1",
+        "port": 30000, "model_path": "/srv/models/glm-5-nvfp4", "served_model_name": "glm-5-nvfp4",
+        "argv": ["--model-path", "/srv/models/glm-5-nvfp4", "--tp-size", "8"]}
+INFO = {"model_path": "/srv/models/glm-5-nvfp4", "is_generation": True}
+GENERATED = {"text": " Paris. The capital of Germany is", "meta_info": {"completion_tokens": 8, "prompt_tokens": 5}}
+KEY = "tl-test-key-6f1c0b9e2d"
+
+
+class Server:
+    """Scripted HTTP: per path a list of (status, body) answers, taken in order, the last one repeated."""
+
+    def __init__(self, health=((200, ""),), model_info=((200, INFO),), generate=((200, GENERATED),)):
+        self.answers = {"/health": list(health), "/model_info": list(model_info), "/generate": list(generate)}
+        self.calls = []
+
+    def __call__(self, method, url, body=None, headers=None, timeout=60.0):
+        path = url.split(":30000", 1)[1]
+        self.calls.append({"method": method, "path": path, "body": body, "headers": dict(headers or {}),
+                           "timeout": timeout})
+        answers = self.answers[path]
+        status, data = answers.pop(0) if len(answers) > 1 else answers[0]
+        return status, data if isinstance(data, str) else json.dumps(data)
+
+    def paths(self):
+        return [c["path"] for c in self.calls]
+
+
+@pytest.fixture
+def state(tmp_path):
+    """A state directory with current_plan.json as the launch stage writes it; returns (dir, its content)."""
+    text = json.dumps(PLAN, indent=4, sort_keys=True) + "\n"
+    (tmp_path / "current_plan.json").write_text(text)
+    return tmp_path, text
+
+
+@pytest.fixture
+def ready_on_30000(monkeypatch):
+    """Port 30000 of the plan 'accepts connections' (the scripted server stands behind it)."""
+    monkeypatch.setattr("ansible_collections.topolaunch.sglang.plugins.module_utils.health.port_open", lambda host, port, timeout=1.0: port == 30000)
+    monkeypatch.setattr(module_health, "port_open", lambda host, port, timeout=1.0: port == 30000)

@@ -8,116 +8,16 @@ import json
 import os
 import socket
 import subprocess
-import threading
 import time
 
 import pytest
 
-from ansible_collections.topolaunch.sglang.plugins.modules import gpu_cleanup
-from ansible_collections.topolaunch.sglang.plugins.module_utils.cleanup import (DEFAULTS, CleanupError, _summary, classify, cleanup, in_unit_cgroup, read_process,
+from ansible_collections.topolaunch.sglang.plugins.module_utils.cleanup import (DEFAULTS, CleanupError, _summary, classify, cleanup, in_unit_cgroup,
                                 stop_unit)
 import paths
+from cleanup_cases import GIB, OTHER, OURS, _alive, _opts, _wait_for, needs_root, nvml, procs, subreaper  # noqa: F401  pylint: disable=unused-import  (fixtures)
 
-SPEC = "proxmox-8x-rtx-pro-6000-vnuma"        # 8 GPUs, 560 MiB used with no process
-GIB = 1 << 30
-OURS = "nobody"
-OTHER = "daemon"
 ROOT = paths.ROOT
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
-
-
-def _alive(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (FileNotFoundError, ProcessLookupError):   # gone, also between open and read
-        return False
-
-
-def _wait_for(cond, what, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
-        time.sleep(0.02)
-
-
-class Procs:
-    """Spawns test processes, reaps them, and kills (by pid) whatever a test left alive."""
-
-    def __init__(self, fake):
-        self.fake = fake
-        self.pids = []
-
-    @staticmethod
-    def _reap(pid):
-        def wait():
-            try:
-                os.waitpid(pid, 0)
-            except ChildProcessError:
-                return              # already reaped by subprocess' own bookkeeping
-        threading.Thread(target=wait, daemon=True).start()
-
-    def spawn(self, title=None, user=None, ignore_term=False, gpus=(), body="sleep 600"):
-        """A shell that becomes `body` (argv[0] = title), optionally ignoring SIGTERM, registered on `gpus`."""
-        script = ('trap "" TERM; ' if ignore_term else "") + ("exec -a %s %s" % (title, body) if title else "exec " + body)
-        p = subprocess.Popen(["bash", "-c", script], user=user)
-        self.pids.append(p.pid)
-        threading.Thread(target=p.wait, daemon=True).start()
-        argv0 = title or body.split()[0]
-        _wait_for(lambda: (read_process(p.pid) or {}).get("title") == argv0, "pid %d to exec %s" % (p.pid, argv0))
-        for gpu in gpus:
-            self.fake.register(gpu, 40 * GIB, p.pid)
-        return p.pid
-
-    def spawn_orphan(self, title, user, gpus=()):
-        """A launcher that starts a renamed child in the background and exits: the child is re-parented."""
-        out = subprocess.run(["bash", "-c", "exec -a %s sleep 600 >/dev/null 2>&1 & echo $!" % title],
-                             user=user, check=True, capture_output=True, text=True).stdout
-        pid = int(out.strip())
-        self.pids.append(pid)
-        self._reap(pid)                         # we are the subreaper: the orphan is now our child
-        _wait_for(lambda: (read_process(pid) or {}).get("title") == title, "orphan %d to exec" % pid)
-        for gpu in gpus:
-            self.fake.register(gpu, 40 * GIB, pid)
-        return pid
-
-    def kill_all(self):
-        for pid in self.pids:
-            if _alive(pid):
-                os.kill(pid, 9)
-
-
-@pytest.fixture
-def nvml(fake_nvml):
-    import pynvml  # pylint: disable=import-outside-toplevel
-    fake_nvml.use(SPEC)
-    return pynvml
-
-
-@pytest.fixture
-def procs(fake_nvml):
-    p = Procs(fake_nvml)
-    yield p
-    p.kill_all()
-
-
-@pytest.fixture
-def subreaper():
-    """Make this test process the reaper of orphans (as PID 1 is in a real system), so they do not stay zombies."""
-    import ctypes  # pylint: disable=import-outside-toplevel
-    libc = ctypes.CDLL(None, use_errno=True)
-    pr_set_child_subreaper = 36
-    assert libc.prctl(pr_set_child_subreaper, 1, 0, 0, 0) == 0
-    yield
-    libc.prctl(pr_set_child_subreaper, 0, 0, 0, 0)
-
-
-def _opts(tmp_path, **kw):
-    base = {"gpu_indices": [0, 1, 2, 3], "service_user": OURS, "term_timeout": 5, "kill_timeout": 5,
-            "release_timeout": 5, "poll_interval": 0.05, "current_plan_path": str(tmp_path / "current_plan.json")}
-    base.update(kw)
-    return base
 
 
 # ------------------------------------------------------------------------------------------- pure logic
@@ -329,30 +229,6 @@ def test_unreadable_running_plan_is_named(nvml, tmp_path):
         cleanup(_opts(tmp_path), nvml)
 
 
-@pytest.mark.parametrize("content, words", [
-    ("[1, 2]", "is not a JSON object but list"),
-    ('"plan"', "is not a JSON object but str"),
-    ('{"gpu_indices": ["a"]}', 'gpu_indices ["a"] is not a list of GPU indices'),
-    ('{"gpu_indices": {"0": 1}}', 'gpu_indices {"0": 1} is not a list of GPU indices'),
-    ('{"gpu_indices": [0, -1]}', "gpu_indices [0, -1] is not a list of GPU indices"),
-    ('{"gpu_indices": [true]}', "gpu_indices [true] is not a list of GPU indices"),
-    ('{"gpu_indices": [0], "port": "x"}', 'port "x" is not a port number'),
-    ('{"gpu_indices": [0], "port": 70000}', "port 70000 is not a port number"),
-])
-def test_a_corrupt_running_plan_fails_in_one_line_naming_the_file(nvml, tmp_path, content, words, run_module,
-                                                                  monkeypatch):
-    path = tmp_path / "current_plan.json"
-    path.write_text(content)
-    with pytest.raises(CleanupError) as err:
-        cleanup(_opts(tmp_path), nvml)
-    msg = str(err.value)
-    assert msg.startswith("the running plan %s" % path) and words in msg and "\n" not in msg, msg
-    assert msg.endswith("(remove it if the server it describes is gone)")
-    monkeypatch.setattr(gpu_cleanup, "import_nvml", lambda: nvml)
-    rc, out, _ = run_module(gpu_cleanup, {"gpu_indices": [0], "current_plan_path": str(path)})
-    assert rc == 1 and out["msg"] == msg and out["stage"] == "cleanup"
-
-
 NOWHERE_PID = 4194301           # a pid this /proc does not have (the kernel's pid_max is 4194304)
 
 
@@ -469,21 +345,6 @@ def test_stop_unit_then_leftovers_of_our_server(nvml, procs, tmp_path):
 
 
 # ------------------------------------------------------------------------------------------- module main()
-
-@needs_root
-def test_module_main_check_mode_and_foreign_failure(nvml, procs, tmp_path, monkeypatch, run_module):
-    monkeypatch.setattr(gpu_cleanup, "import_nvml", lambda: nvml)
-    ours = procs.spawn("sglang::scheduler_PP0_TP0", OURS, gpus=[0])
-    args = {"gpu_indices": [0, 1], "service_user": OURS, "current_plan_path": str(tmp_path / "none.json")}
-    rc, out, _ = run_module(gpu_cleanup, args, check_mode=True)
-    assert rc == 0
-    assert out["changed"] is True and [p["pid"] for p in out["would_stop"]] == [ours] and _alive(ours)
-
-    foreign = procs.spawn(None, OTHER, gpus=[1], body="sleep 603")
-    rc, out, _ = run_module(gpu_cleanup, args)
-    assert rc == 1
-    assert out["failed"] is True and "pid %d user %s" % (foreign, OTHER) in out["msg"]
-    assert _alive(ours) and _alive(foreign)
 
 
 # ------------------------------------------------------------------------------------------- real GPU record

@@ -1,25 +1,23 @@
-"""sglang_health (health.py and the module): milestones from SGLang's log lines, a dead unit fails at once with its error lines, timeouts; once
+"""health.py: milestones from SGLang's log lines, a dead unit fails at once with its error lines, timeouts; once
 ready the server is verified (/health, /model_info, /generate) and its plan recorded as the last known good one.
 
 systemctl and journalctl are replaced by a scripted `run` (a list of states the unit goes through), the server's
 HTTP answers by a scripted `http`; the port is a real socket on loopback. One test asks the real simulator.
 """
-import functools
 import json
 import os
 import socket
 import stat
 
 import pytest
-import yaml
 
-from ansible_collections.topolaunch.sglang.plugins.modules import sglang_health as sglang_wait
 from ansible_collections.topolaunch.sglang.plugins.module_utils import health as module_health
 from simlab import Lab, free_port, sim_site, sim_wheels  # noqa: F401  pylint: disable=unused-import
 from ansible_collections.topolaunch.sglang.plugins.module_utils.system import parse_show
 from ansible_collections.topolaunch.sglang.plugins.module_utils.health import (HealthError, base_url, check, error_lines, milestone, port_open,
                                read_plan, record_last_good, verify, wait_chunk)
 from health_cases import CRASH, LOG, ME, Clock, Unit, active
+from health_cases import GENERATED, KEY, PLAN, ready_on_30000, Server, state  # noqa: F401  pylint: disable=unused-import  (fixtures)
 
 @pytest.fixture
 def closed_port():
@@ -230,41 +228,7 @@ def test_a_main_process_that_exited_is_named_with_its_status(closed_port):
         _wait(unit, closed_port, clock, invocation_id="abc123")
 
 
-
 # ------------------------------------------------------------------------------------------ verify and record
-PLAN = {"layout": {"name": "tp8", "tp": 8, "pp": 1}, "gpu_indices": list(range(8)), "host": "127.0.0.1",
-        "port": 30000, "model_path": "/srv/models/glm-5-nvfp4", "served_model_name": "glm-5-nvfp4",
-        "argv": ["--model-path", "/srv/models/glm-5-nvfp4", "--tp-size", "8"]}
-INFO = {"model_path": "/srv/models/glm-5-nvfp4", "is_generation": True}
-GENERATED = {"text": " Paris. The capital of Germany is", "meta_info": {"completion_tokens": 8, "prompt_tokens": 5}}
-KEY = "tl-test-key-6f1c0b9e2d"
-
-
-class Server:
-    """Scripted HTTP: per path a list of (status, body) answers, taken in order, the last one repeated."""
-
-    def __init__(self, health=((200, ""),), model_info=((200, INFO),), generate=((200, GENERATED),)):
-        self.answers = {"/health": list(health), "/model_info": list(model_info), "/generate": list(generate)}
-        self.calls = []
-
-    def __call__(self, method, url, body=None, headers=None, timeout=60.0):
-        path = url.split(":30000", 1)[1]
-        self.calls.append({"method": method, "path": path, "body": body, "headers": dict(headers or {}),
-                           "timeout": timeout})
-        answers = self.answers[path]
-        status, data = answers.pop(0) if len(answers) > 1 else answers[0]
-        return status, data if isinstance(data, str) else json.dumps(data)
-
-    def paths(self):
-        return [c["path"] for c in self.calls]
-
-
-@pytest.fixture
-def state(tmp_path):
-    """A state directory with current_plan.json as the launch stage writes it; returns (dir, its content)."""
-    text = json.dumps(PLAN, indent=4, sort_keys=True) + "\n"
-    (tmp_path / "current_plan.json").write_text(text)
-    return tmp_path, text
 
 
 def _check(state_dir, unit, server, clock, **kw):
@@ -273,13 +237,6 @@ def _check(state_dir, unit, server, clock, **kw):
     return check("topolaunch-sglang.service", str(state_dir / "current_plan.json"),
                  str(state_dir / "last_good_plan.json"), run=unit.run, http=server, clock=clock, sleep=clock.sleep,
                  **kw)
-
-
-@pytest.fixture
-def ready_on_30000(monkeypatch):
-    """Port 30000 of the plan 'accepts connections' (the scripted server stands behind it)."""
-    monkeypatch.setattr("ansible_collections.topolaunch.sglang.plugins.module_utils.health.port_open", lambda host, port, timeout=1.0: port == 30000)
-    monkeypatch.setattr(module_health, "port_open", lambda host, port, timeout=1.0: port == 30000)
 
 
 def test_ready_then_verified_and_recorded_once(state, ready_on_30000):
@@ -442,82 +399,6 @@ def test_a_missing_or_bad_plan_says_the_launch_stage_writes_it(tmp_path, content
     msg = str(err.value)
     assert msg.startswith("Cannot read the plan the unit runs, %s: " % path) and why in msg
     assert "The launch stage writes it" in msg and err.value.result == {}
-
-
-# ------------------------------------------------------------------------------------------ the module's main()
-@pytest.fixture
-def health_module(run_module, monkeypatch):
-    """sglang_health's main() against a scripted unit and server: health_module(args, unit, server, check_mode)."""
-
-    def run(args, unit, server, check_mode=False):
-        clock = Clock()
-        monkeypatch.setattr(sglang_wait, "check", functools.partial(module_health.check, run=unit.run, http=server,
-                                                                    owner=ME, clock=clock, sleep=clock.sleep))
-        return run_module(sglang_wait, args, check_mode)
-
-    return run
-
-
-def module_args(state_dir, **kw):
-    return dict({"plan_path": str(state_dir / "current_plan.json"),
-                 "last_good_path": str(state_dir / "last_good_plan.json"), "verify": True}, **kw)
-
-
-def test_module_verifies_records_and_keeps_the_key_out_of_its_output(state, ready_on_30000, health_module):
-    state_dir, text = state
-    server = Server()
-    rc, res, out = health_module(module_args(state_dir, api_key=KEY), Unit([(active(), LOG)]), server)
-    assert rc == 0 and res["changed"] is True and res["state"] == "ready" and res["generated_tokens"] == 8
-    assert res["plan"] == PLAN and (state_dir / "last_good_plan.json").read_text() == text
-    assert server.calls[1]["headers"]["Authorization"] == "Bearer " + KEY          # sent...
-    assert KEY not in out                                                             # ...but never shown
-    rc, res, _ = health_module(module_args(state_dir, api_key=KEY), Unit([(active(), LOG)]),
-                            Server())
-    assert rc == 0 and res["changed"] is False
-
-
-def test_module_check_mode_reports_the_change_without_writing(state, ready_on_30000, health_module):
-    state_dir, _ = state
-    rc, res, _ = health_module(module_args(state_dir), Unit([(active(), LOG)]), Server(),
-                            check_mode=True)
-    assert rc == 0 and res["changed"] is True and res["verified"] is True
-    assert not (state_dir / "last_good_plan.json").exists()
-
-
-def test_module_failures_carry_the_plan(state, ready_on_30000, health_module):
-    state_dir, _ = state
-    rc, res, out = health_module(module_args(state_dir, api_key=KEY), Unit([(active(), LOG)]),
-                              Server(generate=[(200, {"text": "", "meta_info": {"completion_tokens": 0}})]))
-    assert rc == 1 and res["failed"] is True and res["msg"].startswith("/generate returned no tokens")
-    assert res["plan"] == PLAN and KEY not in out
-    assert not (state_dir / "last_good_plan.json").exists()
-    dead = Unit([(active(ActiveState="failed", SubState="failed", Result="exit-code", ExecMainCode="1",
-                         ExecMainStatus="1"), CRASH)])
-    rc, res, _ = health_module(module_args(state_dir), dead, Server())
-    assert rc == 1 and "died while starting" in res["msg"] and res["plan"] == PLAN
-    assert res["error_lines"] == error_lines(CRASH)
-
-
-def test_module_without_a_plan_fails_before_watching(tmp_path, health_module):
-    unit = Unit([(active(), LOG)])
-    rc, res, _ = health_module(module_args(tmp_path), unit, Server())
-    assert rc == 1 and "The launch stage writes it" in res["msg"] and "plan" not in res
-    assert unit.calls == []
-
-
-def test_module_keeps_the_key_secret_and_documents_both_modes():
-    assert sglang_wait.ARGUMENT_SPEC["api_key"]["no_log"] is True
-    examples = yaml.safe_load(sglang_wait.EXAMPLES)
-    assert examples[0]["topolaunch.sglang.sglang_health"]["verify"] is True
-    assert examples[1]["topolaunch.sglang.sglang_health"]["mode"] == "serving"
-    assert {"plan", "generated_tokens", "state", "already_serving", "last_good_plan"} <= set(
-        yaml.safe_load(sglang_wait.RETURN))
-
-
-def test_module_refuses_a_zero_timeout(state, health_module):
-    state_dir, _ = state
-    rc, res, _ = health_module(module_args(state_dir, ready_timeout=0), Unit([]), Server())
-    assert rc == 1 and res["msg"] == "ready_timeout 0.0: must be greater than 0" and res["stage"] == "health"
 
 
 # ------------------------------------------------------------------------------------------ the real simulator

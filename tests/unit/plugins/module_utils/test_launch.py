@@ -1,9 +1,8 @@
-"""sglang_launch (launch.py and the module): preconditions, the replace decision, file writes and modes, systemctl sequencing,
-check mode, idempotence, a failed start, secrets kept out of the module's output.
+"""launch.py: preconditions, the replace decision, file writes and modes, systemctl sequencing,
+check mode, idempotence, a failed start.
 
 systemctl and journalctl are a scripted fake (`Systemd`); files go to a tmp dir, owned by the user running the tests.
 """
-import functools
 import json
 import os
 import pwd
@@ -13,95 +12,10 @@ import stat
 import pytest
 from ansible.plugins.filter.core import to_nice_json
 
-from ansible_collections.topolaunch.sglang.plugins.modules import sglang_launch as sglang_service
 from ansible_collections.topolaunch.sglang.plugins.module_utils import launch as service_mod
 from ansible_collections.topolaunch.sglang.plugins.module_utils import system as system_mod
 from ansible_collections.topolaunch.sglang.plugins.module_utils.launch import ServiceError, decide, env_values, plan_text, service
-
-ME = pwd.getpwuid(os.getuid()).pw_name
-OWNER = (os.getuid(), os.getgid())
-UNIT = "topolaunch-sglang.service"
-HF_TOKEN = "hf_s3cr3t\"tok"
-API_KEY = "sk-v3ry-s3cr3t"
-
-
-def plan(name="tp8", **kw):
-    p = {"layout": {"name": name, "tp": 8, "pp": 1, "dp": 1, "ep": 1, "nnodes": 1},
-         "gpu_indices": list(range(8)), "cuda_visible_devices": "0,1,2,3,4,5,6,7",
-         "env": {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"},
-         "argv": ["--model-path", "/m", "--tp-size", "8"], "host": "127.0.0.1", "port": 30000,
-         "model_path": "/m", "served_model_name": "glm", "sglang_version": "0.5.9",
-         "reason": "best", "topology_fingerprint": "a1b2c3d4e5f6"}
-    p.update(kw)
-    return p
-
-
-ENV = 'CUDA_VISIBLE_DEVICES="0,1,2,3,4,5,6,7"\nHF_TOKEN="hf_s3cr3t\\"tok"\nTOPOLAUNCH_API_KEY="sk-v3ry-s3cr3t"\n'
-
-
-class Systemd:
-    """Scripted systemctl/journalctl: the unit's properties change as systemd's would; `fail` maps a verb to
-    (rc, stderr) for the next call of it."""
-
-    def __init__(self, tmp_path, load="not-found", active="inactive", unit_file="", **fail):
-        self.unit_path = tmp_path / "systemd" / UNIT
-        self.props = {"LoadState": load, "ActiveState": active, "SubState": "dead", "UnitFileState": unit_file,
-                      "NeedDaemonReload": "no"}
-        self.fail = fail
-        self.calls = []
-        self.journal = "Load weight begin\nserver_args=ServerArgs(api_key='%s')\nboom\n" % API_KEY
-
-    def verbs(self):
-        return [c[1] for c in self.calls if c[0] == "systemctl" and c[1] != "show"]
-
-    def run(self, argv):
-        self.calls.append(argv)
-        if argv[0] == "journalctl":
-            return 0, self.journal, ""
-        verb = argv[1]
-        if verb in self.fail:
-            rc, err = self.fail.pop(verb)
-            return rc, "", err
-        if verb == "show":
-            return 0, "".join("%s=%s\n" % kv for kv in self.props.items()), ""
-        if verb == "daemon-reload" and self.unit_path.exists():
-            self.props.update(LoadState="loaded", UnitFileState=self.props["UnitFileState"] or "disabled")
-        elif verb == "reset-failed":
-            if self.props["LoadState"] != "loaded":
-                return 1, "", "Failed to reset failed state of unit %s: Unit %s not loaded." % (UNIT, UNIT)
-            if self.props["ActiveState"] == "failed":
-                self.props["ActiveState"] = "inactive"
-        elif verb == "enable":
-            self.props["UnitFileState"] = "enabled"
-        elif verb == "disable":
-            self.props["UnitFileState"] = "disabled"
-        elif verb in ("start", "restart"):
-            self.props.update(ActiveState="active", SubState="running")
-        return 0, "", ""
-
-
-@pytest.fixture
-def host(tmp_path):
-    """A target in a tmp dir: the venv python, the model, the directories the module writes to."""
-    python = tmp_path / "venv" / "bin" / "python"
-    python.parent.mkdir(parents=True)
-    python.write_text("#!/bin/sh\n")
-    python.chmod(0o755)
-    model = tmp_path / "m"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
-    (tmp_path / "systemd").mkdir()
-    return tmp_path
-
-
-def opts(tmp, state="started", **kw):
-    o = {"unit_name": UNIT, "plan": plan(model_path=str(tmp / "m")), "unit_content": "[Service]\nExecStart=/x\n",
-         "env_content": ENV, "env_file": str(tmp / "etc" / "sglang.env"), "state_dir": str(tmp / "state"),
-         "unit_dir": str(tmp / "systemd"), "python": str(tmp / "venv" / "bin" / "python"), "service_user": ME,
-         "sglang_version_file": str(tmp / "etc" / "sglang_version.json"), "force": False, "enabled": True,
-         "state": state}
-    o.update(kw)
-    return o
+from launch_cases import API_KEY, ENV, HF_TOKEN, ME, OWNER, UNIT, host, opts, plan, Systemd  # noqa: F401  pylint: disable=unused-import  (fixtures)
 
 
 def call(tmp, sd, check_mode=False, **kw):
@@ -414,56 +328,6 @@ def test_check_mode_on_a_running_server(host):
 
 
 # -------------------------------------------------------------------------------------------- module main()
-
-@pytest.fixture
-def launch_module(run_module, monkeypatch):
-    """sglang_launch's main() against a scripted systemd: launch_module(args, sd, check_mode) -> (rc, result)."""
-
-    def run(args, sd, check_mode=False):
-        monkeypatch.setattr(sglang_service, "service", functools.partial(sglang_service.service, run=sd.run,
-                                                                         owner=OWNER))
-        return run_module(sglang_service, args, check_mode)[:2]
-
-    return run
-
-
-def module_args(tmp, **kw):
-    o = opts(tmp, **kw)
-    del o["enabled"]
-    return o
-
-
-def test_module_started_then_idempotent(host, launch_module):
-    sd = Systemd(host)
-    rc, out = launch_module(module_args(host), sd)
-    assert rc == 0 and out["changed"] is True and out["actions"] == ["daemon-reload", "reset-failed", "restart"]
-    rc, out = launch_module(module_args(host, state="checked"), sd)
-    assert rc == 0 and out["changed"] is False and out["reason"] == "the same plan already runs"
-    rc, out = launch_module(module_args(host), sd)
-    assert rc == 0 and out["changed"] is False
-
-
-def test_module_check_mode(host, launch_module):
-    sd = Systemd(host)
-    rc, out = launch_module(module_args(host), sd, check_mode=True)
-    assert rc == 0 and out["changed"] is True and not (host / "etc").exists()
-
-
-def test_module_never_shows_the_secrets(host, launch_module):
-    """Neither the env content nor the secrets in it (SGLang logs its api_key) reach the module's output."""
-    sd = Systemd(host, restart=(1, "Job for %s failed." % UNIT))
-    rc, out = launch_module(module_args(host), sd)
-    text = json.dumps(out)
-    assert rc == 1 and "Job for %s failed." % UNIT in out["msg"] and "server_args=ServerArgs(api_key=" in out["msg"]
-    assert API_KEY not in text and "s3cr3t" not in text
-    assert out["invocation"]["module_args"]["env_content"] == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
-
-
-def test_module_fails_before_anything_with_a_missing_user(host, launch_module):
-    sd = Systemd(host)
-    rc, out = launch_module(module_args(host, service_user="no-such-user-tl"), sd)
-    assert rc == 1 and out["msg"].startswith("Cannot launch: the service user 'no-such-user-tl' does not exist")
-    assert not (host / "etc").exists() and sd.verbs() == []
 
 
 # ------------------------------------------------------------------------------- validate: the plan itself

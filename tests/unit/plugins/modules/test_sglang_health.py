@@ -1,0 +1,86 @@
+"""Module sglang_health: main() against a scripted unit and server - verified and recorded, check mode, failures that
+carry the plan, the API key never in its output, its documentation."""
+import functools
+
+import pytest
+import yaml
+
+from ansible_collections.topolaunch.sglang.plugins.module_utils import health as module_health
+from ansible_collections.topolaunch.sglang.plugins.module_utils.health import error_lines
+from ansible_collections.topolaunch.sglang.plugins.modules import sglang_health as sglang_wait
+from health_cases import CRASH, KEY, LOG, ME, PLAN, active, Clock, ready_on_30000, Server, state, Unit  # noqa: F401  pylint: disable=unused-import  (fixtures)
+
+
+@pytest.fixture
+def health_module(run_module, monkeypatch):
+    """sglang_health's main() against a scripted unit and server: health_module(args, unit, server, check_mode)."""
+
+    def run(args, unit, server, check_mode=False):
+        clock = Clock()
+        monkeypatch.setattr(sglang_wait, "check", functools.partial(module_health.check, run=unit.run, http=server,
+                                                                    owner=ME, clock=clock, sleep=clock.sleep))
+        return run_module(sglang_wait, args, check_mode)
+
+    return run
+
+
+def module_args(state_dir, **kw):
+    return dict({"plan_path": str(state_dir / "current_plan.json"),
+                 "last_good_path": str(state_dir / "last_good_plan.json"), "verify": True}, **kw)
+
+
+def test_module_verifies_records_and_keeps_the_key_out_of_its_output(state, ready_on_30000, health_module):
+    state_dir, text = state
+    server = Server()
+    rc, res, out = health_module(module_args(state_dir, api_key=KEY), Unit([(active(), LOG)]), server)
+    assert rc == 0 and res["changed"] is True and res["state"] == "ready" and res["generated_tokens"] == 8
+    assert res["plan"] == PLAN and (state_dir / "last_good_plan.json").read_text() == text
+    assert server.calls[1]["headers"]["Authorization"] == "Bearer " + KEY          # sent...
+    assert KEY not in out                                                             # ...but never shown
+    rc, res, _ = health_module(module_args(state_dir, api_key=KEY), Unit([(active(), LOG)]),
+                            Server())
+    assert rc == 0 and res["changed"] is False
+
+
+def test_module_check_mode_reports_the_change_without_writing(state, ready_on_30000, health_module):
+    state_dir, _ = state
+    rc, res, _ = health_module(module_args(state_dir), Unit([(active(), LOG)]), Server(),
+                            check_mode=True)
+    assert rc == 0 and res["changed"] is True and res["verified"] is True
+    assert not (state_dir / "last_good_plan.json").exists()
+
+
+def test_module_failures_carry_the_plan(state, ready_on_30000, health_module):
+    state_dir, _ = state
+    rc, res, out = health_module(module_args(state_dir, api_key=KEY), Unit([(active(), LOG)]),
+                              Server(generate=[(200, {"text": "", "meta_info": {"completion_tokens": 0}})]))
+    assert rc == 1 and res["failed"] is True and res["msg"].startswith("/generate returned no tokens")
+    assert res["plan"] == PLAN and KEY not in out
+    assert not (state_dir / "last_good_plan.json").exists()
+    dead = Unit([(active(ActiveState="failed", SubState="failed", Result="exit-code", ExecMainCode="1",
+                         ExecMainStatus="1"), CRASH)])
+    rc, res, _ = health_module(module_args(state_dir), dead, Server())
+    assert rc == 1 and "died while starting" in res["msg"] and res["plan"] == PLAN
+    assert res["error_lines"] == error_lines(CRASH)
+
+
+def test_module_without_a_plan_fails_before_watching(tmp_path, health_module):
+    unit = Unit([(active(), LOG)])
+    rc, res, _ = health_module(module_args(tmp_path), unit, Server())
+    assert rc == 1 and "The launch stage writes it" in res["msg"] and "plan" not in res
+    assert unit.calls == []
+
+
+def test_module_keeps_the_key_secret_and_documents_both_modes():
+    assert sglang_wait.ARGUMENT_SPEC["api_key"]["no_log"] is True
+    examples = yaml.safe_load(sglang_wait.EXAMPLES)
+    assert examples[0]["topolaunch.sglang.sglang_health"]["verify"] is True
+    assert examples[1]["topolaunch.sglang.sglang_health"]["mode"] == "serving"
+    assert {"plan", "generated_tokens", "state", "already_serving", "last_good_plan"} <= set(
+        yaml.safe_load(sglang_wait.RETURN))
+
+
+def test_module_refuses_a_zero_timeout(state, health_module):
+    state_dir, _ = state
+    rc, res, _ = health_module(module_args(state_dir, ready_timeout=0), Unit([]), Server())
+    assert rc == 1 and res["msg"] == "ready_timeout 0.0: must be greater than 0" and res["stage"] == "health"

@@ -1,0 +1,60 @@
+"""Module sglang_launch: main() against a scripted systemd - started then idempotent, check mode, the secrets never in
+its output, a missing service user refused before anything."""
+import functools
+import json
+
+import pytest
+
+from ansible_collections.topolaunch.sglang.plugins.modules import sglang_launch as sglang_service
+from launch_cases import API_KEY, OWNER, UNIT, host, opts, Systemd  # noqa: F401  pylint: disable=unused-import  (fixtures)
+
+
+@pytest.fixture
+def launch_module(run_module, monkeypatch):
+    """sglang_launch's main() against a scripted systemd: launch_module(args, sd, check_mode) -> (rc, result)."""
+
+    def run(args, sd, check_mode=False):
+        monkeypatch.setattr(sglang_service, "service", functools.partial(sglang_service.service, run=sd.run,
+                                                                         owner=OWNER))
+        return run_module(sglang_service, args, check_mode)[:2]
+
+    return run
+
+
+def module_args(tmp, **kw):
+    o = opts(tmp, **kw)
+    del o["enabled"]
+    return o
+
+
+def test_module_started_then_idempotent(host, launch_module):
+    sd = Systemd(host)
+    rc, out = launch_module(module_args(host), sd)
+    assert rc == 0 and out["changed"] is True and out["actions"] == ["daemon-reload", "reset-failed", "restart"]
+    rc, out = launch_module(module_args(host, state="checked"), sd)
+    assert rc == 0 and out["changed"] is False and out["reason"] == "the same plan already runs"
+    rc, out = launch_module(module_args(host), sd)
+    assert rc == 0 and out["changed"] is False
+
+
+def test_module_check_mode(host, launch_module):
+    sd = Systemd(host)
+    rc, out = launch_module(module_args(host), sd, check_mode=True)
+    assert rc == 0 and out["changed"] is True and not (host / "etc").exists()
+
+
+def test_module_never_shows_the_secrets(host, launch_module):
+    """Neither the env content nor the secrets in it (SGLang logs its api_key) reach the module's output."""
+    sd = Systemd(host, restart=(1, "Job for %s failed." % UNIT))
+    rc, out = launch_module(module_args(host), sd)
+    text = json.dumps(out)
+    assert rc == 1 and "Job for %s failed." % UNIT in out["msg"] and "server_args=ServerArgs(api_key=" in out["msg"]
+    assert API_KEY not in text and "s3cr3t" not in text
+    assert out["invocation"]["module_args"]["env_content"] == "VALUE_SPECIFIED_IN_NO_LOG_PARAMETER"
+
+
+def test_module_fails_before_anything_with_a_missing_user(host, launch_module):
+    sd = Systemd(host)
+    rc, out = launch_module(module_args(host, service_user="no-such-user-tl"), sd)
+    assert rc == 1 and out["msg"].startswith("Cannot launch: the service user 'no-such-user-tl' does not exist")
+    assert not (host / "etc").exists() and sd.verbs() == []
