@@ -57,3 +57,7 @@ def subset_spec(name, keep):
     spec["gpus"] = [spec["gpus"][i] for i in keep]
     spec["pcie_topology"] = [[spec["pcie_topology"][a][b] for b in keep] for a in keep]
     return spec
+
+
+FIELD_ARGS_0_5_23 = dict({k: v for k, v in FIELD_ARGS.items() if not k.startswith("nsa_")},
+                         dsa_prefill_backend="trtllm", dsa_decode_backend="trtllm")

@@ -1,6 +1,6 @@
 """Shared cases of the topology tests: expected nvidia-smi texts, a spec check, and NVML answers synthesised from a
 lab spec (replayed through plugin_utils topology_replay.Replay, so tests can inject errors such as a GPU lost
-mid-query). test_topology_fake.py checks that the synthesised answers read the same as the C fake's.
+mid-query; `read` gives the facts the real reader makes of them). test_topology_fake.py checks that the synthesised answers read the same as the C fake's.
 """
 import json
 import pathlib
@@ -9,6 +9,7 @@ from ansible_collections.topolaunch.sglang.plugins.module_utils import topology
 
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils.spec_facts import (  # noqa: F401 - re-exported
     INVALID_ARGUMENT, LEVELS, NOT_SUPPORTED, P2P_CODES, SWITCH_BUS, make_sysfs, mask, p2p_status, synthesize)
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils.topology_replay import Replay
 
 SPECS = pathlib.Path(__file__).resolve().parents[2] / "lab" / "specs"
 
@@ -116,3 +117,7 @@ def assert_facts_match_spec(facts, spec):
             if i != j:
                 word = "NV%d" % expected_nv if expected_nv else spec["pcie_topology"][i][j]
                 assert facts["links"][i][j] == word
+
+
+def read(spec, tmp_path, processes=None, overrides=None):
+    return topology.read_topology(Replay(synthesize(spec, processes), overrides), make_sysfs(tmp_path, spec))

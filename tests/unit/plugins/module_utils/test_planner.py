@@ -1,10 +1,8 @@
 """Each validity rule of the planner, inputs it refuses, and that every reason is reported (not just the first)."""
 import pytest
 
-from plan_cases import FIELD_ARGS, model_input, model_path, synth_facts
+from plan_cases import FIELD_ARGS, FIELD_ARGS_0_5_23, model_input, model_path, synth_facts
 from ansible_collections.topolaunch.sglang.plugins.module_utils import planner
-from ansible_collections.topolaunch.sglang.plugins.module_utils import plan_args
-from ansible_collections.topolaunch.sglang.plugins.module_utils.plan_args import FlagIndex, check_server_args
 
 VNUMA = "proxmox-8x-rtx-pro-6000-vnuma"
 
@@ -198,139 +196,7 @@ def test_kv_cache_of_mla_is_per_layer_not_per_head(vnuma):
     assert gqa["kv_bytes_per_token"] == 1 * (128 + 128) * 80 * 2  # 8 KV heads / tp 8, bf16
 
 
-# ---------------------------------------------------------------------------------------------- server args
-
-
-def test_server_args_are_flags_of_the_pinned_version():
-    index = FlagIndex("0.5.9")
-    items, values, reasons, warnings = check_server_args(dict(
-        FIELD_ARGS, kv_cache_dtype="fp8_e4m3", trust_remote_code=True, enable_metrics=False, context_length="32768"),
-        index)
-    assert reasons == [] and warnings == []
-    flags = [flag for flag, _ in items]
-    assert flags == sorted(flags) and "--enable-metrics" not in flags
-    words = dict(items)
-    assert words["--trust-remote-code"] == ["--trust-remote-code"]
-    assert words["--context-length"] == ["--context-length", "32768"]
-    assert values["fp8_gemm_runner_backend"] == "cutlass" and values["context_length"] == 32768
-
-
-@pytest.mark.parametrize("args, words", [
-    ({"attention_backends": "flashinfer"}, "SGLang 0.5.9 has no flag for 'attention_backends'"),
-    ({"pp": 2}, "server_args.pp: SGLang 0.5.9 has no flag for 'pp' (similar: "),
-    ({"tp_size": 4}, "server_args.tp_size is set by the planner: use the layout"),
-    ({"tensor_parallel_size": 4}, "server_args.tensor_parallel_size is set by the planner"),
-    ({"api_key": "secret"}, "server_args.api_key is a secret"),
-    ({"mem_fraction_static": "lots"}, "server_args.mem_fraction_static must be a number, got 'lots'"),
-    ({"max_running_requests": 1.5}, "server_args.max_running_requests must be an integer"),
-    ({"trust_remote_code": "yes"}, "--trust-remote-code is a switch (store_true); give true or false"),
-    ({"kv_cache_dtype": "fp9"}, "'fp9' is not a choice of --kv-cache-dtype in SGLang 0.5.9 (choices: auto, "),
-    ({"hybrid_kvcache_ratio": True}, "--hybrid-kvcache-ratio is deprecated in SGLang 0.5.9"),
-    ({"fp8_gemm_backend": "cutlass", "fp8_gemm_runner_backend": "triton"}, "both set --fp8-gemm-backend"),
-    ({"enable_dp_attention": True}, "DP attention"),
-])
-def test_bad_server_args_are_named(args, words):
-    _, _, reasons, _ = check_server_args(args, FlagIndex("0.5.9"))
-    assert any(words in r for r in reasons), reasons
-
-
-FIELD_ARGS_0_5_23 = dict({k: v for k, v in FIELD_ARGS.items() if not k.startswith("nsa_")},
-                         dsa_prefill_backend="trtllm", dsa_decode_backend="trtllm")
-
-
-def test_both_tables_load_and_a_local_label_maps_to_its_base():
-    assert plan_args.supported_versions() == ["0.5.9", "0.5.23"]
-    for version in ("0.5.9", "0.5.23"):
-        index = FlagIndex(version + "+sim")
-        assert index.version == version and len(index.flags) > 300 and index.has("--tp-size")
-    assert FlagIndex("0.5.23").flags["--tp-size"]["dest"] == "tp_size"
-    assert FlagIndex("0.5.9").flags["--tp-size"]["dest"] == "tensor_parallel_size"
-
-
-def test_unknown_version_names_the_supported_ones():
-    with pytest.raises(KeyError) as exc:
-        FlagIndex("0.4.0")
-    assert str(exc.value) == "SGLang 0.4.0 has no flag table (supported: 0.5.9, 0.5.23)"
-
-
-def test_field_launch_for_0_5_23():
-    items, values, reasons, warnings = check_server_args(FIELD_ARGS_0_5_23, FlagIndex("0.5.23"))
-    assert reasons == [] and warnings == []
-    words = dict(items)
-    assert words["--dsa-prefill-backend"] == ["--dsa-prefill-backend", "trtllm"]
-    assert words["--fp8-gemm-backend"] == ["--fp8-gemm-backend", "cutlass"]
-    assert values["dsa_decode_backend"] == "trtllm" and values["fp8_gemm_runner_backend"] == "cutlass"
-
-
-@pytest.mark.parametrize("args, words", [
-    # hand-written renames (plan_args.RENAMED)
-    ({"nsa_prefill_backend": "trtllm"}, "server_args.nsa_prefill_backend: removed in 0.5.23, use dsa_prefill_backend"),
-    ({"nsa_decode_backend": "trtllm"}, "nsa_decode_backend: removed in 0.5.23, use dsa_decode_backend"),
-    ({"cuda_graph_max_bs": 256}, "cuda_graph_max_bs: removed in 0.5.23, use cuda_graph_max_bs_decode"),
-    # the 0.5.9 wheel's own deprecation ("Please use --swa-full-tokens-ratio instead.")
-    ({"hybrid_kvcache_ratio": 0.5}, "hybrid_kvcache_ratio: removed in 0.5.23, use swa_full_tokens_ratio"),
-    # gone without a successor
-    ({"enable_double_sparsity": True}, "server_args.enable_double_sparsity: removed in 0.5.23"),
-    ({"no_such_arg": 1}, "SGLang 0.5.23 has no flag for 'no_such_arg'"),
-    ({"attn_dp_size": 2}, "server_args.attn_dp_size is set by the planner: use nothing: DP attention"),
-    ({"ssl_keyfile_password": "x"}, "server_args.ssl_keyfile_password is a secret"),
-    ({"context_length": "32q"}, "server_args.context_length must be an integer (or 32k, 1Mi"),
-])
-def test_flags_of_0_5_9_that_0_5_23_does_not_take(args, words):
-    _, _, reasons, _ = check_server_args(args, FlagIndex("0.5.23"))
-    assert any(words in r for r in reasons), reasons
-
-
-def test_a_flag_added_later_is_named_as_such():
-    _, _, reasons, _ = check_server_args({"dsa_prefill_backend": "trtllm", "attn_cp_size_x": 1}, FlagIndex("0.5.9"))
-    assert reasons[0] == ("server_args.attn_cp_size_x: SGLang 0.5.9 has no flag for 'attn_cp_size_x' (similar: "
-                          "attn_cp_size)")
-    assert reasons[1] == ("server_args.dsa_prefill_backend: SGLang 0.5.9 has no flag for 'dsa_prefill_backend' "
-                          "(added in 0.5.23; 0.5.9 has nsa_prefill_backend)")
-
-
-def test_deprecated_flag_warns_and_still_launches():
-    index = FlagIndex("0.5.23")
-    items, values, reasons, warnings = check_server_args(
-        {"disable_cuda_graph": True, "grpc_mode": False, "enable_fused_qk_norm_rope": False,
-         "context_length": "128k", "tensor_parallel_size_x": None}, index)
-    assert reasons == ["server_args.tensor_parallel_size_x: SGLang 0.5.23 has no flag for 'tensor_parallel_size_x' "
-                       "(similar: tensor_parallel_size)"]
-    assert warnings == [  # grpc_mode: false writes nothing, so no warning
-        "server_args.disable_cuda_graph: --disable-cuda-graph is deprecated in SGLang 0.5.23; use "
-        "--cuda-graph-backend-{decode,prefill}=disabled"]
-    _, _, _, warnings = check_server_args({"grpc_mode": True, "disable_fast_image_processor": True}, index)
-    assert warnings == [
-        "server_args.disable_fast_image_processor: --disable-fast-image-processor is deprecated in SGLang 0.5.23; "
-        "use --image-processor-backend=pil",
-        "server_args.grpc_mode: --grpc-mode is deprecated in SGLang 0.5.23; use --smg-grpc-mode"]
-    words = dict(items)
-    assert words["--disable-cuda-graph"] == ["--disable-cuda-graph"] and "--grpc-mode" not in words
-    # BooleanOptionalAction: false is spelled --no-<flag>; human_readable_int keeps the text, the value is the int
-    assert words["--enable-fused-qk-norm-rope"] == ["--no-enable-fused-qk-norm-rope"]
-    assert words["--context-length"] == ["--context-length", "128k"] and values["context_length"] == 128000
-
-
-def test_aliases_are_keys_too():
-    index = FlagIndex("0.5.23")
-    assert index.by_name["tensor_parallel_size"] == "--tp-size" and index.by_name["enable_hicache"] == \
-        "--enable-hierarchical-cache"
-    items, _, reasons, _ = check_server_args({"hierarchical_sparse_attention_extra_config": "{}"}, index)
-    assert reasons == [] and items == [("--hisparse-config", ["--hisparse-config", "{}"])]
-
-
-@pytest.mark.parametrize("text, value", [("32768", 32768), ("32k", 32000), ("25.6k", 25600), ("1Mi", 1 << 20),
-                                         ("1.5Mi", None), ("32K", None), ("x", None)])
-def test_human_readable_int_as_sglang_0_5_23(text, value):
-    assert plan_args._human_int(text) == value
-
-
-def test_pp_alone_is_not_a_flag():
-    index = FlagIndex("0.5.9")
-    assert "pp" not in index.by_name or index.by_name["pp"] != "--pp-size"
-    assert index.by_name["pp_size"] == "--pp-size" and index.by_name["pipeline_parallel_size"] == "--pp-size"
-
-
+# ------------------------------------------------------------------------- every reason, the planner's inputs
 def test_every_reason_is_reported(vnuma):
     args = {"attention_backend": "flashinf", "no_such_arg": 1, "moe_runner_backend": "flashinfer_cutlass"}
     reasons = refused(vnuma, "tp3pp2ep2", server_args=args, gpus=[0, 1, 2, 3, 4, 5], port=70000,

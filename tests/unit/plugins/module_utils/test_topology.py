@@ -1,4 +1,5 @@
-"""gpu_topology logic: facts per spec, nvidia-smi layouts, NVSwitch counts, NUMA order, errors, fingerprint, findings.
+"""topology.py: facts per spec, NVSwitch counts, NUMA order, errors, fingerprint (the nvidia-smi layouts:
+test_topology_render.py; the findings: test_topology_findings.py).
 
 NVML answers come from topology_cases.synthesize (a recording synthesised from a lab spec) replayed through
 plugin_utils topology_replay.Replay; test_topology_fake.py runs the same checks through the C fake and the real
@@ -12,38 +13,15 @@ import pytest
 
 from ansible_collections.topolaunch.sglang.plugins.module_utils import topology
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils.topology_replay import Handle, Replay, ReplayNVMLError
-from topology_cases import (EXPECTED_MATRIX, EXPECTED_P2P_READ, all_specs, assert_facts_match_spec, load_spec,
-                            make_sysfs, synthesize)
+from topology_cases import all_specs, assert_facts_match_spec, load_spec, make_sysfs, read, synthesize
 
 GIB = 1 << 30
-
-
-def read(spec, tmp_path, processes=None, overrides=None):
-    return topology.read_topology(Replay(synthesize(spec, processes), overrides), make_sysfs(tmp_path, spec))
 
 
 @pytest.mark.parametrize("name", all_specs())
 def test_facts_match_spec(name, tmp_path):
     spec = load_spec(name)
     assert_facts_match_spec(read(spec, tmp_path), spec)
-
-
-@pytest.mark.parametrize("name", sorted(EXPECTED_MATRIX))
-def test_matrix_is_what_nvidia_smi_prints(name, tmp_path):
-    assert topology.render_matrix(read(load_spec(name), tmp_path)) == EXPECTED_MATRIX[name]
-
-
-@pytest.mark.parametrize("name", sorted(EXPECTED_P2P_READ))
-def test_p2p_table_is_what_nvidia_smi_prints(name, tmp_path):
-    facts = read(load_spec(name), tmp_path)
-    assert topology.render_p2p(facts, "read") == EXPECTED_P2P_READ[name]
-    assert facts["rendered"]["p2p_read"] == EXPECTED_P2P_READ[name]
-
-
-def test_render_p2p_rejects_unknown_kind(tmp_path):
-    facts = read(load_spec("h200x2-vm-real"), tmp_path)
-    with pytest.raises(ValueError, match="'copy'"):
-        topology.render_p2p(facts, "copy")
 
 
 def test_islands_of_the_field_machine(tmp_path):
@@ -209,67 +187,3 @@ def test_fingerprint_independent_of_key_order(tmp_path):
     facts = read(load_spec("proxmox-8x-rtx-pro-6000-vnuma"), tmp_path)
     shuffled = json.loads(json.dumps(facts, sort_keys=True))
     assert topology.fingerprint(shuffled) == facts["fingerprint"]
-
-
-def ids(facts):
-    return sorted({f["id"] for f in facts["findings"]})
-
-
-def test_findings_of_the_naive_vm(tmp_path):
-    facts = read(load_spec("proxmox-8x-rtx-pro-6000-naive"), tmp_path)
-    assert ids(facts) == ["p2p-chipset-not-supported", "vm-no-numa"]
-    by_id = {f["id"]: f for f in facts["findings"]}
-    assert "numa: 1" in by_id["vm-no-numa"]["remedy"] and "pxb-pcie" in by_id["vm-no-numa"]["remedy"]
-    assert "x-nv-gpudirect-clique" in by_id["p2p-chipset-not-supported"]["remedy"]
-    assert "every pair of the 8 GPUs" in by_id["p2p-chipset-not-supported"]["message"]
-    assert all(f["gpus"] == list(range(8)) and f["severity"] == "warning" for f in facts["findings"])
-
-
-def test_findings_busy_mixed_mig_persistence_pcie(tmp_path):
-    spec = load_spec("proxmox-8x-rtx-pro-6000-vnuma")
-    spec["gpus"][2]["mig"] = True
-    spec["gpus"][3]["pcie"]["cur_width"] = 8
-    spec["gpus"][4]["pcie"]["cur_gen"] = 1
-    spec["gpus"][7]["name"] = "NVIDIA RTX 6000 Ada Generation"
-    spec["gpus"][7]["memory_total_mib"] = 49140
-    spec["gpus"][6]["memory_reserved_mib"] = 2048
-    facts = read(spec, tmp_path, processes={1: [(777, GIB)]})
-    by_id = {}
-    for f in facts["findings"]:
-        by_id.setdefault(f["id"], []).append(f)
-    assert sorted(by_id) == ["gpu-busy", "mig-enabled", "mixed-gpu-models", "pcie-link-degraded"]
-    assert by_id["gpu-busy"][0]["gpus"] == [1, 6] and "777" in by_id["gpu-busy"][0]["message"]
-    assert "--tags cleanup" in by_id["gpu-busy"][0]["remedy"]
-    assert by_id["mig-enabled"][0]["gpus"] == [2]
-    assert [(f["severity"], f["gpus"]) for f in by_id["pcie-link-degraded"]] == [("warning", [3]), ("info", [4])]
-    assert "x8 of x16" in by_id["pcie-link-degraded"][0]["message"]
-    assert "topolaunch_gpus" in by_id["mixed-gpu-models"][0]["remedy"]
-    # Persistence off is reported with the fix.
-    overrides = {("nvmlDeviceGetPersistenceMode", Handle(5)): 0}
-    facts = read(load_spec("proxmox-8x-rtx-pro-6000-vnuma"), tmp_path / "p", overrides=overrides)
-    (persist,) = facts["findings"]
-    assert (persist["id"], persist["gpus"]) == ("persistence-off", [5])
-    assert "nvidia-smi -pm 1" in persist["remedy"] and "nvidia-persistenced" in persist["remedy"]
-
-
-def test_findings_have_stable_shape(tmp_path):
-    facts = read(load_spec("proxmox-8x-rtx-pro-6000-naive"), tmp_path)
-    for f in facts["findings"]:
-        assert set(f) == {"id", "severity", "gpus", "message", "remedy"}
-        assert f["severity"] in ("warning", "info") and f["message"] and f["remedy"]
-
-
-def test_findings_of_the_degraded_vm(tmp_path):
-    facts = read(load_spec("proxmox-8x-rtx-pro-6000-degraded"), tmp_path)
-    assert [(f["id"], f["severity"], f["gpus"]) for f in facts["findings"]] == [
-        ("pcie-link-degraded", "warning", [5]), ("persistence-off", "info", list(range(8)))]
-    assert "GPU 5 x8 of x16 (Gen4 of Gen5)" in facts["findings"][0]["message"]
-
-
-def test_report_lines_are_plain_text(tmp_path):
-    facts = read(load_spec("proxmox-8x-rtx-pro-6000-naive"), tmp_path)
-    report = facts["rendered"]["report"]
-    assert report[1] == "GPU0     X      PHB     PHB     PHB     PHB     PHB     PHB     PHB     N/A     N/A             N/A"
-    assert not any("\t" in line or "\x1b" in line or line != line.rstrip() for line in report)
-    assert report[-4].startswith("WARNING vm-no-numa (GPU 0-7): ")
-    assert report[-3].startswith("    fix: Give the VM")
