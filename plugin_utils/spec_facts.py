@@ -2,8 +2,8 @@
 
     facts_from_spec(path_or_dict, workdir) -> gpu_topology facts (docs/DESIGN.md), without the C fake
 
-Used by the unit tests (tests/unit/topology_cases.py re-exports it; test_topology_fake.py checks that these answers
-read the same as the C fake's) and by tools/calibration.py, which replays published measurements on their specs.
+Used by the unit tests (tests/unit/topology_cases.py re-exports it; tests/unit/plugins/module_utils/
+test_topology_fake.py checks that these answers read the same as the C fake's) and by tools/calibration.py, which replays published measurements on their specs.
 The answers follow lab/specs/README.md "What the fake derives from a spec".
 """
 import json

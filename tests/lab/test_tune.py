@@ -20,7 +20,7 @@ from tunelab import TUNE
 
 LAB_MISSING = os.geteuid() != 0 or not shutil.which("systemd-nspawn") or not shutil.which("debootstrap")
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(LAB_MISSING, reason="needs root, systemd-nspawn, debootstrap")]
-# The model's choice at the lab workload (tests/unit/test_tune.py): tp4pp2 first, then tp8ep8 and tp2pp4.
+# The model's choice at the lab workload (tests/unit/plugins/module_utils/test_tune.py): tp4pp2 first, then tp8ep8 and tp2pp4.
 MODEL_PICK, TRUE_WINNER, CANDIDATES = "tp4pp2", "tp8ep8", ["tp4pp2", "tp8ep8", "tp2pp4"]
 SPEED = "tp8ep8=3,tp4pp2=0.5,tp2pp4=0.4"
 

@@ -1,6 +1,7 @@
 """Shared cases of the topology tests: expected nvidia-smi texts, a spec check, and NVML answers synthesised from a
 lab spec (replayed through plugin_utils topology_replay.Replay, so tests can inject errors such as a GPU lost
-mid-query; `read` gives the facts the real reader makes of them). test_topology_fake.py checks that the synthesised answers read the same as the C fake's.
+mid-query; `read` gives the facts the real reader makes of them). test_topology_fake.py checks that the
+synthesised answers read the same as the C fake's.
 """
 import json
 import pathlib

@@ -1,5 +1,5 @@
 """module_utils/topolaunch/constants.py: the shared names (their agreement with the role topolaunch and the doc
-fragment is in test_module_docs.py), the venv python of a version, state files, a plan's server."""
+fragment is in plugins/doc_fragments/test_common.py), the venv python of a version, state files, a plan's server."""
 from ansible_collections.topolaunch.sglang.plugins.module_utils import constants
 
 
