@@ -3,9 +3,9 @@
 state=query: the newest complete run of this very server (plan SERVER_KEYS) at this very workload (points and
 bench settings) under results_dir, or none; changes nothing. The bench role skips measuring again when there is one.
 state=record: store one bench_serving run (or one failed sweep layout) under results_dir, never overwriting
-(plugin_utils/bench.py record_run); changed. In check mode nothing is written and the run id that would be used is
+(plugin_utils/results.py record_run); changed. In check mode nothing is written and the run id that would be used is
 returned. Formerly the module bench_record (delegated to localhost); that name is routed here.
-state=tune: store one tune's record (plugin_utils/bench.py tune_record, record_tune); changed.
+state=tune: store one tune's record (plugin_utils/results.py tune_record, record_tune); changed.
 state=report: write FINDINGS.md and the plots (plugin_utils/report.py build); changed.
 """
 
@@ -13,8 +13,8 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.topolaunch.sglang.plugins.plugin_utils import report as findings
-from ansible_collections.topolaunch.sglang.plugins.plugin_utils.bench import (ResultsError, failure_message,
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils import report
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils.results import (ResultsError, failure_message,
                                                                               load_runs, measured_run, record_run,
                                                                               record_tune, tune_record)
 
@@ -41,7 +41,7 @@ REQUIRED = {"record": ("model", "topology_fingerprint", "layout", "started"), "q
             "tune": ("model", "topology_fingerprint", "started", "tune"), "report": ()}
 
 
-def query(p):
+def find_run(p):
     """{measured_run: {run_id, dir, points} or None}."""
     plan = p["plan"]
     # a server across nodes is filed under its cluster fingerprint (every node's topology)
@@ -54,7 +54,7 @@ def query(p):
                                                "points": found["points"]}}
 
 
-def record(p, check_mode):
+def store_run(p, check_mode):
     """{run_id, dir, files, points, failures, message}; changed."""
     meta = dict(p["meta"], bench=p["bench"]) if p["bench"] else p["meta"]
     out = record_run(p["results_dir"], p["model"], p["topology_fingerprint"], p["layout"], p["started"], p["points"],
@@ -64,7 +64,7 @@ def record(p, check_mode):
     return dict(out, changed=True, message=message)
 
 
-def tune(p, check_mode):
+def store_tune(p, check_mode):
     """{run_id, files}; changed."""
     t = p["tune"]
     data = dict({k: v for k, v in t.items() if k not in ("selection", "outcomes", "candidates", "plan")},
@@ -75,11 +75,11 @@ def tune(p, check_mode):
     return {"changed": True, "run_id": out["run_id"], "files": [out["file"]]}
 
 
-def report(p, check_mode):
+def write_report(p, check_mode):
     """{files}; changed. In check mode nothing is written."""
     if check_mode:
         return {"changed": True, "files": []}
-    return {"changed": True, "files": findings.build(p["results_dir"], p["out_dir"] or p["results_dir"])}
+    return {"changed": True, "files": report.build(p["results_dir"], p["out_dir"] or p["results_dir"])}
 
 
 class ActionModule(ActionBase):
@@ -99,9 +99,10 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("sglang_bench: state %s needs %s" % (p["state"], ", ".join(missing)))
         try:
             if p["state"] == "query":
-                result.update(query(p))
+                result.update(find_run(p))
             else:
-                result.update({"record": record, "tune": tune, "report": report}[p["state"]](p, self._task.check_mode))
+                result.update({"record": store_run, "tune": store_tune, "report": write_report}[p["state"]](
+                    p, self._task.check_mode))
         except (ResultsError, OSError) as exc:
             raise AnsibleActionFail("sglang_bench: %s" % exc)
         result["stage"] = "bench"

@@ -4,7 +4,7 @@ The planner runs on the host (it reads the model directory and, without topology
 controller-side companions run in this process instead of as tasks delegated to localhost (a Python start and an
 SSH-free but still ~0.4 s round trip each, paid on every relaunch):
 
-- results_dir: the bench stage's results tree on the controller; its measured records (plugin_utils bench.py, the
+- results_dir: the bench stage's results tree on the controller; its measured records (plugin_utils results.py, the
   code the bench stage and the report use) are passed to the module as `measured`, the machines' fits
   (<model>/<fingerprint>/fit.json) as `fits`, the layouts whose newest run failed as `failures`; a new fit the
   module returns is saved as that fit.json (not in check mode: it would change the results tree);
@@ -18,7 +18,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils.artifacts import save_json
-from ansible_collections.topolaunch.sglang.plugins.plugin_utils.bench import (ResultsError, fit_path, latest_failures,
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils.results import (ResultsError, fit_path, latest_failures,
                                                                               load_fits, load_runs, measured_records)
 
 

@@ -183,7 +183,7 @@ actions:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.topolaunch.sglang.plugins.module_utils.launch import (
-    DEFAULTS, ServiceError, config_values, env_values, service)
+    DEFAULTS, LaunchError, config_values, env_values, launch)
 
 ARGUMENT_SPEC = {
     "unit_name": {"type": "str", "default": DEFAULTS["unit_name"], "aliases": ["name"]},
@@ -218,8 +218,8 @@ def main():
     module.no_log_values.update(env_values(p["env_content"], p["secret_env_keys"]))
     module.no_log_values.update(config_values(p["config_content"]))
     try:
-        result = service(p, check_mode=module.check_mode)
-    except ServiceError as exc:
+        result = launch(p, check_mode=module.check_mode)
+    except LaunchError as exc:
         failure = {"stage": "validate" if p["state"] == "checked" else "launch"}
         failure.update(exc.result)
         module.fail_json(msg=str(exc), **failure)

@@ -265,7 +265,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.topolaunch.sglang.plugins.module_utils.launch import ServiceError, installed_record
+from ansible_collections.topolaunch.sglang.plugins.module_utils.launch import LaunchError, installed_record
 from ansible_collections.topolaunch.sglang.plugins.module_utils.nccl_topo import written_for
 from ansible_collections.topolaunch.sglang.plugins.module_utils.plan_fit import plan_with_fit
 from ansible_collections.topolaunch.sglang.plugins.module_utils.planner import PlanError, PlanRequest, candidate_table, render_report
@@ -316,7 +316,7 @@ def main():
     record_file = p.pop("installed_version_file")
     try:
         installed = installed_record(record_file) if record_file else None
-    except ServiceError:
+    except LaunchError:
         installed = None            # the validate step refuses it, naming the file
     if installed:
         p["sglang_version"] = installed["sglang_version"]

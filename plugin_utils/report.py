@@ -17,7 +17,7 @@ import math
 import os
 import sys
 
-from ansible_collections.topolaunch.sglang.plugins.plugin_utils import bench as results
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils import results
 
 SIM_BANNER = ("> **SIMULATED RESULTS.** These numbers come from the lab's SGLang simulator (its server_info says "
               "simulated), not from GPUs. They show that the tooling works; they say nothing about real hardware.")

@@ -1,6 +1,6 @@
 """Validate, write and start the systemd unit that runs the planned SGLang server, in one call.
 
-`service(opts, check_mode, run)` is the logic of the `sglang_launch` module (stages validate and launch). Two states:
+`launch(opts, check_mode, run)` is the logic of the `sglang_launch` module (stages validate and launch). Two states:
 
 - `checked` is the validate step: it reads only, and runs on every server before anything is stopped anywhere:
   1. `validate()`: the plan itself (complete and consistent: argv, GPUs, CUDA_VISIBLE_DEVICES, env, port,
@@ -43,7 +43,7 @@ from .constants import SGLANG_VERSION_FILE, base_version, server_view, sglang_py
 from .system import file_differs, journal, run as _run, show, write_atomic
 from .text import control_character
 
-__all__ = ["ServiceError", "service", "validate", "plan_problems", "decide", "server_view", "env_values",
+__all__ = ["LaunchError", "launch", "validate", "plan_problems", "decide", "server_view", "env_values",
            "config_values", "plan_changes", "verify_unit", "plan_text", "installed_record", "installed_version", "DEFAULTS", "SHOW_PROPS",
            "SERVER_CONFIG"]
 
@@ -86,7 +86,7 @@ SERVER_CONFIG = "sglang-config.yaml"
 CONFIG_LINE = re.compile(r'^[a-z][a-z0-9-]*: ".*"$')
 
 
-class ServiceError(Exception):
+class LaunchError(Exception):
     """A failure the user must act on; `result` carries what was decided and done before it happened."""
 
     def __init__(self, msg, result=None):
@@ -228,10 +228,10 @@ def _running_plan(path):
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        raise ServiceError("Cannot read the plan the unit runs now, %s: %s. Remove that file (the next run then "
+        raise LaunchError("Cannot read the plan the unit runs now, %s: %s. Remove that file (the next run then "
                            "replaces the server); %s." % (path, exc, NOTHING_STOPPED))
     if not isinstance(plan, dict):
-        raise ServiceError("The plan the unit runs now, %s, is not a JSON object. Remove that file (the next run "
+        raise LaunchError("The plan the unit runs now, %s, is not a JSON object. Remove that file (the next run "
                            "then replaces the server); %s." % (path, NOTHING_STOPPED))
     return plan
 
@@ -307,18 +307,18 @@ def plan_problems(plan, fingerprint=None, gpu_count=None):
 def installed_record(path):
     """The sglang role's record of the SGLang release installed and current on this host, `path`
     ({"sglang_version", "package_version", "venv"}), with sglang_version as its base release; None when nothing was
-    recorded (a host provisioned before the record existed). Raises ServiceError when the record cannot be read."""
+    recorded (a host provisioned before the record existed). Raises LaunchError when the record cannot be read."""
     try:
         with open(path, encoding="utf-8") as f:
             record = json.load(f)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise ServiceError("Cannot read the installed SGLang version, %s: %s. Run the provision stage (--tags "
+        raise LaunchError("Cannot read the installed SGLang version, %s: %s. Run the provision stage (--tags "
                            "provision), which writes it again; %s." % (path, exc, NOTHING_STOPPED)) from None
     version = record.get("sglang_version") if isinstance(record, dict) else None
     if not isinstance(version, str) or not version.strip():
-        raise ServiceError("The installed SGLang version record %s has no sglang_version. Run the provision stage "
+        raise LaunchError("The installed SGLang version record %s has no sglang_version. Run the provision stage "
                            "(--tags provision), which writes it again; %s." % (path, NOTHING_STOPPED))
     return dict(record, sglang_version=base_version(version))
 
@@ -329,7 +329,7 @@ def installed_version(path):
 
 
 def validate(o, run=_run):
-    """Everything checked before anything is stopped; raises ServiceError naming every problem.
+    """Everything checked before anything is stopped; raises LaunchError naming every problem.
 
     The plan, the rendered files, the SGLang version the plan is for against the one installed and current (the
     sglang role's record, `sglang_version_file`), the SGLang python, the model directory, the service user, and
@@ -339,37 +339,37 @@ def validate(o, run=_run):
     problems = ["the plan: " + p for p in plan_problems(plan, o["topology_fingerprint"], o["gpu_count"])]
     problems += _file_problems(o)
     if problems:
-        raise ServiceError("Cannot launch: %s. Re-run the plan stage; %s." % ("; ".join(problems), NOTHING_STOPPED))
+        raise LaunchError("Cannot launch: %s. Re-run the plan stage; %s." % ("; ".join(problems), NOTHING_STOPPED))
     installed = installed_version(o["sglang_version_file"])
     wanted = base_version(plan["sglang_version"])
     if installed is not None and installed != wanted:
-        raise ServiceError(
+        raise LaunchError(
             "Cannot launch: the plan is for SGLang %s but this host has SGLang %s installed and current (%s). "
             "Install %s first (topolaunch_sglang_version: %s, then --tags provision,relaunch), or plan again for %s "
             "(--tags relaunch); %s." % (wanted, installed, o["sglang_version_file"], wanted, wanted, installed,
                                         NOTHING_STOPPED))
     python = o["python"]
     if not python or not os.path.isfile(python) or not os.access(python, os.X_OK):
-        raise ServiceError(
+        raise LaunchError(
             "Cannot launch: the SGLang python %r (sglang_version %s) %s. Run the provision stage (--tags provision) "
             "or fix topolaunch_sglang_version; %s." % (
                 python, plan.get("sglang_version", "?"),
                 "is not executable" if os.path.isfile(python) else "does not exist", NOTHING_STOPPED))
     model = plan.get("model_path")
     if isinstance(model, str) and model.startswith("/") and not os.path.isfile(os.path.join(model, "config.json")):
-        raise ServiceError(
+        raise LaunchError(
             "Cannot launch: the model directory %r (plan model_path) has no config.json. Run the provision stage "
             "(--tags provision) or fix topolaunch_model_path; %s." % (model, NOTHING_STOPPED))
     try:
         pwd.getpwnam(o["service_user"])
     except KeyError:
-        raise ServiceError(
+        raise LaunchError(
             "Cannot launch: the service user %r does not exist: the sglang role creates it (--tags provision); %s."
             % (o["service_user"], NOTHING_STOPPED)) from None
     # The rendered unit as systemd would load it (issue 14).
     refused = verify_unit(o["unit_name"], o["unit_content"], run)
     if refused:
-        raise ServiceError("Cannot launch: systemd-analyze verify refuses the rendered unit: %s. Fix the setting it "
+        raise LaunchError("Cannot launch: systemd-analyze verify refuses the rendered unit: %s. Fix the setting it "
                            "names; %s." % ("; ".join(refused), NOTHING_STOPPED))
 
 
@@ -414,18 +414,18 @@ def verify_unit(name, content, run=_run):
     return ours
 
 
-# ------------------------------------------------------------------------------------------------ service
+# ------------------------------------------------------------------------------------------------- launch
 
-def service(opts, check_mode=False, run=_run, owner=(0, 0)):
+def launch(opts, check_mode=False, run=_run, owner=(0, 0)):
     """Validate (and with state `started` write and start) the unit; returns the module's result.
 
-    Raises ServiceError with a message for the user and `result` (what was decided and done so far)."""
+    Raises LaunchError with a message for the user and `result` (what was decided and done so far)."""
     o = dict(DEFAULTS)
     o.update({k: v for k, v in opts.items() if v is not None})
     if o["state"] not in ("checked", "started"):
-        raise ServiceError("state %r: must be checked or started" % o["state"])
+        raise LaunchError("state %r: must be checked or started" % o["state"])
     if not isinstance(o["plan"], dict) or not o["plan"]:
-        raise ServiceError("No plan to launch: the plan stage did not run in this play and saved no plan on the "
+        raise LaunchError("No plan to launch: the plan stage did not run in this play and saved no plan on the "
                            "controller. Run it first (deploy.yml --tags relaunch runs plan, validate, cleanup, launch "
                            "and health); %s." % NOTHING_STOPPED)
     if not o["python"]:
@@ -447,7 +447,7 @@ def service(opts, check_mode=False, run=_run, owner=(0, 0)):
         (plan_path, plan_text(o["plan"]), 0o644, owner),
     ]
     running = _running_plan(plan_path)
-    props = show(name, SHOW_PROPS, run, ServiceError)
+    props = show(name, SHOW_PROPS, run, LaunchError)
     differs = {path: file_differs(path, content, mode, who) if content else os.path.lexists(path)
                for path, content, mode, who in files}
     reasons = decide(o["plan"], running, o["server_keys"], props.get("ActiveState", ""),
@@ -490,12 +490,12 @@ def service(opts, check_mode=False, run=_run, owner=(0, 0)):
         rc, out, err = run(argv)
         if rc != 0 and not (allowed and allowed(err)):
             result["actions"][-1] += " (failed)"
-            raise ServiceError("%s failed (rc %s): %s" % (" ".join(argv), rc, (err or out).strip()), result)
+            raise LaunchError("%s failed (rc %s): %s" % (" ".join(argv), rc, (err or out).strip()), result)
 
     if differs[unit_path] or props.get("NeedDaemonReload") == "yes":
         act(["systemctl", "daemon-reload"], "daemon-reload")
         if not check_mode:
-            props = show(name, SHOW_PROPS, run, ServiceError)
+            props = show(name, SHOW_PROPS, run, LaunchError)
     active = props.get("ActiveState") == "active"
     if props.get("LoadState") == "loaded" and (result["replace"] or not active):
         # "not loaded": systemd holds no state for the unit (never started, or collected), nothing to reset.
@@ -507,14 +507,14 @@ def service(opts, check_mode=False, run=_run, owner=(0, 0)):
     if result["replace"]:                                  # "not active" is one of the reasons
         try:
             act(["systemctl", "restart", name], "restart")
-        except ServiceError as exc:
-            raise ServiceError("%s. Last log lines of %s (journalctl -u %s):\n%s" % (
+        except LaunchError as exc:
+            raise LaunchError("%s. Last log lines of %s (journalctl -u %s):\n%s" % (
                 exc, name, name, _journal_tail(name, o["journal_lines"], run)), result) from None
     return result
 
 
 def _journal_tail(name, lines, run):
     try:
-        return "\n".join(journal(name, lines, run, ServiceError)) or "(no log lines)"
-    except ServiceError as exc:
+        return "\n".join(journal(name, lines, run, LaunchError)) or "(no log lines)"
+    except LaunchError as exc:
         return "(%s)" % exc

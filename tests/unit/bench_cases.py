@@ -2,7 +2,7 @@
 bench_serving line, a tune's pieces, the arguments of a recorded run."""
 import json
 
-from ansible_collections.topolaunch.sglang.plugins.plugin_utils import bench as results
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils import results
 
 SERVER_INFO_SIM = {"version": "0.5.9+sim", "simulated": True, "tp_size": 8, "pp_size": 1, "status": "ready"}
 SERVER_INFO_REAL = {"version": "0.5.9", "tp_size": 8, "pp_size": 1, "max_total_num_tokens": 1200000}

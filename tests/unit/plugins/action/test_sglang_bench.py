@@ -4,7 +4,7 @@ import pytest
 from ansible.errors import AnsibleActionFail
 
 from ansible_collections.topolaunch.sglang.plugins.action import sglang_bench
-from ansible_collections.topolaunch.sglang.plugins.plugin_utils.bench import load_runs, load_tunes, measured_records
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils.results import load_runs, load_tunes, measured_records
 from bench_cases import BENCH, CANDIDATES, FINAL, OUTCOMES, PLAN, SELECTION, record_args
 
 def test_record_then_measured(tmp_path, run_action):

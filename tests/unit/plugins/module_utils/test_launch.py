@@ -12,14 +12,14 @@ import stat
 import pytest
 from ansible.plugins.filter.core import to_nice_json
 
-from ansible_collections.topolaunch.sglang.plugins.module_utils import launch as service_mod
+from ansible_collections.topolaunch.sglang.plugins.module_utils import launch as launch_mod
 from ansible_collections.topolaunch.sglang.plugins.module_utils import system as system_mod
-from ansible_collections.topolaunch.sglang.plugins.module_utils.launch import ServiceError, decide, env_values, plan_text, service
+from ansible_collections.topolaunch.sglang.plugins.module_utils.launch import LaunchError, decide, env_values, launch, plan_text
 from launch_cases import API_KEY, ENV, HF_TOKEN, ME, OWNER, UNIT, host, opts, plan, Systemd  # noqa: F401  pylint: disable=unused-import  (fixtures)
 
 
 def call(tmp, sd, check_mode=False, **kw):
-    return service(opts(tmp, **kw), check_mode=check_mode, run=sd.run, owner=OWNER)
+    return launch(opts(tmp, **kw), check_mode=check_mode, run=sd.run, owner=OWNER)
 
 
 def mode(path):
@@ -60,7 +60,7 @@ def test_preconditions_fail_by_name_and_change_nothing(host, state, breakage, wo
         (host / "state" / "current_plan.json").write_text("{not json" if breakage == "bad_running_plan" else "[1]")
     before = sorted(p.relative_to(host) for p in host.rglob("*"))
     sd = Systemd(host)
-    with pytest.raises(ServiceError) as exc:
+    with pytest.raises(LaunchError) as exc:
         call(host, sd, state=state, **kw)
     msg = str(exc.value)
     assert words.format(tmp=host) in msg
@@ -77,9 +77,9 @@ def test_relative_model_path_is_not_checked(host):
 
 
 def test_bad_state_and_empty_plan_fail_by_name(host):
-    with pytest.raises(ServiceError, match="state 'running': must be checked or started"):
+    with pytest.raises(LaunchError, match="state 'running': must be checked or started"):
         call(host, Systemd(host), state="running")
-    with pytest.raises(ServiceError, match="^No plan to launch: the plan stage did not run in this play"):
+    with pytest.raises(LaunchError, match="^No plan to launch: the plan stage did not run in this play"):
         call(host, Systemd(host), plan={})
 
 
@@ -120,7 +120,7 @@ def test_many_changes_are_cut_short():
 
 
 def constants_server_keys():
-    return list(service_mod.SERVER_KEYS)
+    return list(launch_mod.SERVER_KEYS)
 
 
 def test_first_check_on_a_fresh_host(host):
@@ -276,7 +276,7 @@ def test_reset_failed_of_an_unloaded_unit_is_no_error(host):
 def test_reset_failed_other_error_fails(host):
     sd = started_host(host)
     sd.fail["reset-failed"] = (1, "Access denied")
-    with pytest.raises(ServiceError, match="systemctl reset-failed %s failed \\(rc 1\\): Access denied" % UNIT):
+    with pytest.raises(LaunchError, match="systemctl reset-failed %s failed \\(rc 1\\): Access denied" % UNIT):
         call(host, sd, force=True)
 
 
@@ -298,7 +298,7 @@ def test_daemon_reload_when_systemd_asks_for_it(host):
 
 def test_failed_start_names_systemctls_message_and_the_log(host):
     sd = Systemd(host, restart=(1, "Job for %s failed because the control process exited with error code." % UNIT))
-    with pytest.raises(ServiceError) as exc:
+    with pytest.raises(LaunchError) as exc:
         call(host, sd)
     msg = str(exc.value)
     assert msg.startswith("systemctl restart %s failed (rc 1): Job for %s failed because" % (UNIT, UNIT))
@@ -356,7 +356,7 @@ def test_check_mode_on_a_running_server(host):
 @pytest.mark.parametrize("state", ["checked", "started"])
 def test_an_unusable_plan_fails_before_anything(host, change, words, state):
     sd = Systemd(host)
-    with pytest.raises(ServiceError) as exc:
+    with pytest.raises(LaunchError) as exc:
         call(host, sd, state=state, plan=plan(model_path=str(host / "m"), **change))
     msg = str(exc.value)
     assert msg.startswith("Cannot launch: the plan: ") and words in msg, msg
@@ -365,22 +365,22 @@ def test_an_unusable_plan_fails_before_anything(host, change, words, state):
 
 
 def test_every_problem_is_named_at_once(host):
-    with pytest.raises(ServiceError) as exc:
+    with pytest.raises(LaunchError) as exc:
         call(host, Systemd(host), plan=plan(model_path=str(host / "m"), port=0, argv=[]))
     assert "argv [] is not" in str(exc.value) and "port 0 is not" in str(exc.value)
 
 
 def test_a_plan_for_other_gpus_fails(host):
-    with pytest.raises(ServiceError, match="the plan was made for topology a1b2c3d4e5f6 but this host reads "
+    with pytest.raises(LaunchError, match="the plan was made for topology a1b2c3d4e5f6 but this host reads "
                                            "0123456789ab"):
         call(host, Systemd(host), state="checked", topology_fingerprint="0123456789ab")
-    with pytest.raises(ServiceError, match=r"the plan uses GPUs \[0, 1, 2, 3, 4, 5, 6, 7\] but this host has 4"):
+    with pytest.raises(LaunchError, match=r"the plan uses GPUs \[0, 1, 2, 3, 4, 5, 6, 7\] but this host has 4"):
         call(host, Systemd(host), state="checked", gpu_count=4)
     assert call(host, Systemd(host), state="checked", topology_fingerprint="a1b2c3d4e5f6", gpu_count=8)["replace"]
 
 
 def test_an_env_file_line_broken_by_a_value_fails(host):
-    with pytest.raises(ServiceError, match=r'env file line 2 \(B"\) is not NAME="value"'):
+    with pytest.raises(LaunchError, match=r'env file line 2 \(B"\) is not NAME="value"'):
         call(host, Systemd(host), state="checked", env_content='A="1\nB"\n')
 
 
@@ -398,7 +398,7 @@ def test_a_control_character_in_a_rendered_file_fails_before_anything(host, fiel
     """Whatever reaches the unit, the env file or the server's config - a value of launch_extra_env, a path, a
     secret - is refused with its line and key before anything changes; a secret's value is never quoted."""
     sd = Systemd(host)
-    with pytest.raises(ServiceError) as exc:
+    with pytest.raises(LaunchError) as exc:
         call(host, sd, state=state, **{field: content})
     msg = str(exc.value)
     assert msg.startswith("Cannot launch: ") and words in msg and msg.endswith("nothing was stopped."), msg
@@ -422,7 +422,7 @@ def test_a_unit_systemd_refuses_fails_before_anything(host):
             return super().run(argv)
 
     sd = Refusing(host, load="loaded", active="active")
-    with pytest.raises(ServiceError) as exc:
+    with pytest.raises(LaunchError) as exc:
         call(host, sd, unit_content="[Service]\nExecStart=/x %Zx\n")
     msg = str(exc.value)
     assert msg.startswith("Cannot launch: systemd-analyze verify refuses the rendered unit: %s:12: Failed to resolve "
@@ -439,7 +439,7 @@ def test_a_setting_systemd_would_ignore_also_fails(host):
                 return 0, "", "%s:27: Failed to parse kill mode specification, ignoring: bogus\n" % argv[2]
             return super().run(argv)
 
-    with pytest.raises(ServiceError, match=r"verify refuses the rendered unit: %s:27: Failed to parse kill mode" % UNIT):
+    with pytest.raises(LaunchError, match=r"verify refuses the rendered unit: %s:27: Failed to parse kill mode" % UNIT):
         call(host, Warning(host), state="checked")
 
 
@@ -449,17 +449,17 @@ def test_verify_unit_with_the_real_systemd_analyze(tmp_path):
     exe.write_text("#!/bin/sh\n")
     exe.chmod(0o755)
     good = "[Service]\nExecStart=%s -m sglang.launch_server\n" % exe
-    assert service_mod.verify_unit(UNIT, good) == []
-    bad = service_mod.verify_unit(UNIT, good.replace("ExecStart=", "ExecStart=%Z"))
+    assert launch_mod.verify_unit(UNIT, good) == []
+    bad = launch_mod.verify_unit(UNIT, good.replace("ExecStart=", "ExecStart=%Z"))
     assert bad and bad[0].startswith(UNIT + ":2: Failed to resolve unit specifiers"), bad
-    assert service_mod.verify_unit(UNIT, good + "KillMode=bogus\n")[0].startswith(UNIT + ":3: ")
+    assert launch_mod.verify_unit(UNIT, good + "KillMode=bogus\n")[0].startswith(UNIT + ":3: ")
 
 
 def test_the_api_key_goes_to_a_config_file_of_the_service_user(host):
     """The server's config (SGLang --config) holds the API key: 0600, owned by the service user; removed when the
     key goes; a changed config replaces the server."""
     sd = Systemd(host)
-    config = host / "state" / service_mod.SERVER_CONFIG
+    config = host / "state" / launch_mod.SERVER_CONFIG
     res = call(host, sd, config_content='api-key: "%s"\n' % API_KEY)
     assert str(config) in res["written"] and config.read_text() == 'api-key: "%s"\n' % API_KEY
     assert mode(config) == 0o600 and (os.stat(config).st_uid, os.stat(config).st_gid) == \
@@ -474,7 +474,7 @@ def test_the_api_key_goes_to_a_config_file_of_the_service_user(host):
 
 
 def test_config_values_are_the_secrets():
-    assert service_mod.config_values('# managed\napi-key: "a\\"b"\nx: "y"\nbroken: z\n') == ['a"b', "y"]
+    assert launch_mod.config_values('# managed\napi-key: "a\\"b"\nx: "y"\nbroken: z\n') == ['a"b', "y"]
 
 
 def test_python_defaults_to_the_venv_of_the_plans_version(host):
@@ -483,7 +483,7 @@ def test_python_defaults_to_the_venv_of_the_plans_version(host):
     (venv / "python").write_text("#!/bin/sh\n")
     (venv / "python").chmod(0o755)
     assert call(host, Systemd(host), state="checked", python=None, venv_root=str(host / "venvs"))["replace"]
-    with pytest.raises(ServiceError, match="the SGLang python '%s' " % (host / "nowhere" / "0.5.9" / "bin" / "python")):
+    with pytest.raises(LaunchError, match="the SGLang python '%s' " % (host / "nowhere" / "0.5.9" / "bin" / "python")):
         call(host, Systemd(host), state="checked", python=None, venv_root=str(host / "nowhere"))
 
 
@@ -518,7 +518,7 @@ def test_a_plan_for_another_sglang_version_than_the_installed_one_is_refused(hos
     record_version(host, json.dumps({"sglang_version": "0.5.23", "package_version": "0.5.23+sim",
                                      "venv": "/opt/sglang/venvs/0.5.23"}))
     sd = Systemd(host)
-    with pytest.raises(ServiceError) as exc:
+    with pytest.raises(LaunchError) as exc:
         call(host, sd, state=state)
     assert str(exc.value) == (
         "Cannot launch: the plan is for SGLang 0.5.9 but this host has SGLang 0.5.23 installed and current (%s). "
@@ -542,7 +542,7 @@ def test_the_installed_version_is_compared_as_a_release(host):
 ])
 def test_an_unreadable_version_record_fails_naming_it(host, content, words):
     record_version(host, content)
-    with pytest.raises(ServiceError) as exc:
+    with pytest.raises(LaunchError) as exc:
         call(host, Systemd(host), state="checked")
     assert words.format(rec=host / "etc" / "sglang_version.json") in str(exc.value)
     assert str(exc.value).endswith("Run the provision stage (--tags provision), which writes it again; nothing was "

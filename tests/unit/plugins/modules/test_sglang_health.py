@@ -7,7 +7,7 @@ import yaml
 
 from ansible_collections.topolaunch.sglang.plugins.module_utils import health as module_health
 from ansible_collections.topolaunch.sglang.plugins.module_utils.health import error_lines
-from ansible_collections.topolaunch.sglang.plugins.modules import sglang_health as sglang_wait
+from ansible_collections.topolaunch.sglang.plugins.modules import sglang_health
 from health_cases import CRASH, KEY, LOG, ME, PLAN, active, Clock, ready_on_30000, Server, state, Unit  # noqa: F401  pylint: disable=unused-import  (fixtures)
 
 
@@ -17,9 +17,9 @@ def health_module(run_module, monkeypatch):
 
     def run(args, unit, server, check_mode=False):
         clock = Clock()
-        monkeypatch.setattr(sglang_wait, "check", functools.partial(module_health.check, run=unit.run, http=server,
+        monkeypatch.setattr(sglang_health, "check", functools.partial(module_health.check, run=unit.run, http=server,
                                                                     owner=ME, clock=clock, sleep=clock.sleep))
-        return run_module(sglang_wait, args, check_mode)
+        return run_module(sglang_health, args, check_mode)
 
     return run
 
@@ -72,12 +72,12 @@ def test_module_without_a_plan_fails_before_watching(tmp_path, health_module):
 
 
 def test_module_keeps_the_key_secret_and_documents_both_modes():
-    assert sglang_wait.ARGUMENT_SPEC["api_key"]["no_log"] is True
-    examples = yaml.safe_load(sglang_wait.EXAMPLES)
+    assert sglang_health.ARGUMENT_SPEC["api_key"]["no_log"] is True
+    examples = yaml.safe_load(sglang_health.EXAMPLES)
     assert examples[0]["topolaunch.sglang.sglang_health"]["verify"] is True
     assert examples[1]["topolaunch.sglang.sglang_health"]["mode"] == "serving"
     assert {"plan", "generated_tokens", "state", "already_serving", "last_good_plan"} <= set(
-        yaml.safe_load(sglang_wait.RETURN))
+        yaml.safe_load(sglang_health.RETURN))
 
 
 def test_module_refuses_a_zero_timeout(state, health_module):

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from ansible_collections.topolaunch.sglang.plugins.modules import sglang_launch as sglang_service
+from ansible_collections.topolaunch.sglang.plugins.modules import sglang_launch
 from launch_cases import API_KEY, OWNER, UNIT, host, opts, Systemd  # noqa: F401  pylint: disable=unused-import  (fixtures)
 
 
@@ -14,9 +14,8 @@ def launch_module(run_module, monkeypatch):
     """sglang_launch's main() against a scripted systemd: launch_module(args, sd, check_mode) -> (rc, result)."""
 
     def run(args, sd, check_mode=False):
-        monkeypatch.setattr(sglang_service, "service", functools.partial(sglang_service.service, run=sd.run,
-                                                                         owner=OWNER))
-        return run_module(sglang_service, args, check_mode)[:2]
+        monkeypatch.setattr(sglang_launch, "launch", functools.partial(sglang_launch.launch, run=sd.run, owner=OWNER))
+        return run_module(sglang_launch, args, check_mode)[:2]
 
     return run
 

@@ -3,7 +3,7 @@ import os
 import pathlib
 import struct
 import sys
-from ansible_collections.topolaunch.sglang.plugins.plugin_utils import bench as results
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils import results
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils import report
 from bench_cases import SERVER_INFO_SIM, bench_line, tune_data
 

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ansible_collections.topolaunch.sglang.plugins.plugin_utils import bench as results
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils import results
 from bench_cases import SERVER_INFO_REAL, SERVER_INFO_SIM, bench_line, tune_data
 
 # ------------------------------------------------------------------------------------------------ parsing
@@ -447,7 +447,7 @@ def test_a_tune_record_has_the_prediction_and_the_measurement_per_layout():
         ("tp2pp4", 188.0, None, "failed"), ("tp1pp8", 113.0, 300.0, "measured before")]
     assert data["layouts"][2]["message"] == "died while starting: OOM"
     assert (data["layouts"][0]["stage_started"], data["layouts"][0]["finished"], data["layouts"][0]["server_ready_s"]) \
-        == ({"plan": 1.0, "relaunch": 2.0, "bench": 30.0}, 41.0, 20.0)   # the timings bench/tune_overhead.py reads
+        == ({"plan": 1.0, "relaunch": 2.0, "bench": 30.0}, 41.0, 20.0)   # the timings perf/tune_overhead.py reads
     assert (data["predicted_winner"], data["winner"], data["winner_source"]) == ("tp4pp2", "tp8", "measured")
     assert data["fit"]["error_after"] == 0.1 and data["simulated"] is True and data["error"] == 0.183
 
