@@ -13,7 +13,7 @@ TARBALL := build/topolaunch-sglang-$(VERSION).tar.gz
 INSTALLED := build/install/ansible_collections/topolaunch/sglang
 
 .PHONY: setup pth lock sglang-wheel sglang-flags fakenvml repo lab-up lab-down lab-status demo test lint unit collection \
-	sanity collection-test molecule lab-tests lab-tests-full bench clean
+	sanity collection-test molecule lab-tests lab-tests-full perf bench clean
 
 setup: $(VENV)/.installed pth ## controller venv with the pinned requirements, collections/ on its path
 
@@ -101,8 +101,10 @@ lab-tests: setup repo ## pytest over lab hosts in parallel lanes (tests/lab/lane
 lab-tests-full: setup repo ## the lab tests, those marked full too (longer scenarios left out of CI for time)
 	$(BIN)/python tests/lab/lanes.py --all
 
-bench: setup fakenvml
-	@for f in bench/*.py; do echo "== $$f"; $(BIN)/python $$f; done
+perf: setup fakenvml ## topolaunch's own performance figures (perf/*.py), the README's table regenerated from them
+	@for f in perf/*.py; do echo "== $$f"; $(BIN)/python $$f; done
+
+bench: perf ## the old name of perf (bench is the stage that benchmarks the server)
 
 clean: lab-down
 	rm -rf build .lab artifacts

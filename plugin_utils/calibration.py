@@ -1,6 +1,6 @@
 """Replay the calibration set (tests/calibration/cases.yml) through the planner and score its ranking.
 
-Controller-only code (the command is tools/calibration.py; bench/calibration.py and the unit tests call run()):
+Controller-only code (the command is tools/calibration.py; perf/calibration.py and the unit tests call run()):
 
     tools/calibration.py                 per case: measured and planned order; totals; leave-one-out
     tools/calibration.py --fit           also fit the efficiency constants (plan_perf.EFFICIENCY) to the set

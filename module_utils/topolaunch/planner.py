@@ -809,7 +809,7 @@ def public_fit(fit):
 
 class PlanRequest:
     """What the planner is asked: one object instead of a long parameter list (sglang_plan builds it from its
-    arguments, tests and bench/plan_speed.py directly). Every field is optional; plan() checks them all.
+    arguments, tests and perf/plan_speed.py directly). Every field is optional; plan() checks them all.
 
     topology: this host's gpu_topology facts; node_topologies: one per node in node-rank order (multi-node).
     model: {"config": config.json dict, "total_size": bytes, "name": optional}, or None to read model_path.

@@ -4,7 +4,7 @@ such as the simulator's knobs), provisions it, and runs playbooks and ssh comman
 
 The sweep's lab (this module's names): host `bfield` with the field spec (8 RTX PRO 6000, two NUMA nodes), ssh 2231,
 server port 32000, repository server 18083, state in .lab/bench-sweep/. Shared by tests/lab/test_sweep.py and
-bench/sweep_overhead.py.
+perf/sweep_overhead.py.
 """
 import json
 import os

@@ -12,7 +12,7 @@ def test_module_returns_facts(fake_nvml, tmp_path, run_module, check_mode):
     spec = fake_nvml.use("proxmox-8x-rtx-pro-6000-vnuma", init=False)
     code, out, _ = run_module(gpu_topology, {"sysfs_root": make_sysfs(tmp_path, spec)}, check_mode)
     assert code == 0 and out["changed"] is False
-    assert isinstance(out["query_seconds"], float) and out["query_seconds"] > 0   # the figure: bench/topology_speed.py
+    assert isinstance(out["query_seconds"], float) and out["query_seconds"] > 0   # the figure: perf/topology_speed.py
     facts = out["ansible_facts"]["gpu_topology"]
     assert facts["gpu_count"] == 8
     assert facts["rendered"]["matrix"] == EXPECTED_MATRIX["proxmox-8x-rtx-pro-6000-vnuma"]

@@ -2,7 +2,7 @@
 """How long the topology stage's full NVML query of 8 GPUs takes (all pairs, all 5 P2P indices, all NVLink links),
 through the lab's fake libnvidia-ml.so.1 and the real nvidia-ml-py, in-process. Target: under 0.5 s.
 
-    make fakenvml && .venv/bin/python bench/topology_speed.py [--runs 20] [--spec NAME ...]
+    make fakenvml && .venv/bin/python perf/topology_speed.py [--runs 20] [--spec NAME ...]
 
 Prints, per spec, the NVML calls made and the median and slowest wall time of read_topology (query + derived
 facts + rendering). A real 2x H200 took 0.064-0.068 s (tests/fixtures/nvml/README.md).

@@ -2,7 +2,7 @@
 """A no-change `deploy.yml --tags provision` on a provisioned lab host: wall time and changed count.
 Target: under 30 s with changed=0.
 
-    .venv/bin/python bench/provision_noop.py [--runs 3] [--keep]
+    .venv/bin/python perf/provision_noop.py [--runs 3] [--keep]
 
 Boots a private lab host laid out like tests/lab/sweeplab.py's (its code, with this bench's own name and ports:
 host bprov, ssh 2219, repository 18081, state .lab/bench-provision/) and provisions it: driver, CUDA, tools venv,

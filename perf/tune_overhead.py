@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What a tune costs per candidate beyond the server's own load time and the short benchmark itself, on the lab.
 
-    .venv/bin/python bench/tune_overhead.py [--keep]
+    .venv/bin/python perf/tune_overhead.py [--keep]
 
 Boots (or reuses) the private tune lab host of tests/lab/tunelab.py (field spec), provisions it, runs
 `deploy.yml -e layout=tune` into a temporary results directory (every candidate measured: nothing measured before),
@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "tests" / "lab"))
 
 from sweep_overhead import measure_costs  # noqa: E402  pylint: disable=wrong-import-position
 from tunelab import TUNE  # noqa: E402  pylint: disable=wrong-import-position
-from ansible_collections.topolaunch.sglang.plugins.plugin_utils import bench as results  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils import results  # noqa: E402  pylint: disable=wrong-import-position
 
 GOAL_S = 10.0
 

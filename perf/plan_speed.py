@@ -2,7 +2,7 @@
 """How long planning takes: every candidate layout for one 8-GPU box, and for 8 nodes x 8 GPUs.
 Targets: under 50 ms for 8 GPUs, under 1 s for 8 nodes x 8 GPUs.
 
-    make fakenvml && .venv/bin/python bench/plan_speed.py [--runs 20] [--spec NAME] [--model NAME]
+    make fakenvml && .venv/bin/python perf/plan_speed.py [--runs 20] [--spec NAME] [--model NAME]
 
 The topology is read once through the lab's fake libnvidia-ml.so.1 and the real nvidia-ml-py (as the topology
 stage does); then planner.plan(layout="auto") runs --runs times: model directory read, every candidate checked,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What a sweep point costs beyond the server's own load time and the benchmark itself, on the lab.
 
-    .venv/bin/python bench/sweep_overhead.py [--layouts tp8,tp4pp2] [--keep]
+    .venv/bin/python perf/sweep_overhead.py [--layouts tp8,tp4pp2] [--keep]
 
 Boots (or reuses) the private sweep lab host of tests/lab/sweeplab.py (field spec), provisions it, runs
 playbooks/sweep.yml over the layouts into a temporary results directory, and prints per layout:
@@ -25,7 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "lab"))
 
 import sweeplab  # noqa: E402  pylint: disable=wrong-import-position
-from ansible_collections.topolaunch.sglang.plugins.plugin_utils import bench as results  # noqa: E402  pylint: disable=wrong-import-position
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils import results  # noqa: E402  pylint: disable=wrong-import-position
 
 GOAL_S = 20.0
 STAGES = ("plan", "relaunch", "bench")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How well the planner ranks published, measured layouts: tests/calibration/ replayed through the planner.
 
-    .venv/bin/python bench/calibration.py
+    .venv/bin/python perf/calibration.py
 
 Prints, per case, the measured and the planned order, then the totals with the committed constants (winner
 agreement: the planner's top measured layout is the winner or within 5% of it; pairwise order; the median

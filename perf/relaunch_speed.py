@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`deploy.yml --tags relaunch` against a hand-written shell relaunch over ssh, on the lab (instant-loading simulator).
 
-    .venv/bin/python bench/relaunch_speed.py [--layout tp8] [--runs 5] [--keep]
+    .venv/bin/python perf/relaunch_speed.py [--layout tp8] [--runs 5] [--keep]
 
 Uses the private lab host of tests/lab/sweeplab.py (booted and provisioned when needed), with
 SGLANG_SIM_LOAD_SECONDS=0 and SGLANG_SIM_CAPTURE_SECONDS=0. Compares
