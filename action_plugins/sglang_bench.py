@@ -7,6 +7,8 @@ state=record: store one bench_serving run (or one failed sweep layout) under res
 returned. Formerly the module bench_record (delegated to localhost); that name is routed here.
 state=tune: store one tune's record (plugin_utils/results.py tune_record, record_tune); changed.
 state=report: write FINDINGS.md and the plots (plugin_utils/report.py build); changed.
+Runs and tunes are filed under the plan's model and fingerprint (plugin_utils/results.py filed_under: a server across
+nodes under its cluster fingerprint) unless model and topology_fingerprint are given (a layout whose plan failed).
 """
 
 from ansible.errors import AnsibleActionFail
@@ -15,8 +17,8 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils import report
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils.results import (ResultsError, failure_message,
-                                                                              load_runs, measured_run, record_run,
-                                                                              record_tune, tune_record)
+                                                                                filed_under, load_runs, measured_run,
+                                                                                record_run, record_tune, tune_record)
 
 ARGUMENT_SPEC = {
     "state": {"type": "str", "choices": ["record", "query", "tune", "report"], "default": "record"},
@@ -37,16 +39,25 @@ ARGUMENT_SPEC = {
     "tune": {"type": "dict"},
     "out_dir": {"type": "path"},
 }
-REQUIRED = {"record": ("model", "topology_fingerprint", "layout", "started"), "query": ("plan",),
-            "tune": ("model", "topology_fingerprint", "started", "tune"), "report": ()}
+# What each state needs; record and tune also need the model and fingerprint to file under: given, or the plan's
+# (plugin_utils/results.py filed_under: a server across nodes is filed under its cluster fingerprint).
+REQUIRED = {"record": ("layout", "started"), "query": ("plan",), "tune": ("started", "tune"), "report": ()}
+FILED = ("record", "tune")
+
+
+def file_under(p):
+    """Fill model and topology_fingerprint from the plan where they are not given; the names of those missing."""
+    model, fingerprint = filed_under(p["plan"] or (p["tune"] or {}).get("plan"))
+    p["model"] = p["model"] or model
+    p["topology_fingerprint"] = p["topology_fingerprint"] or fingerprint
+    return [k for k in ("model", "topology_fingerprint") if not p[k]]
 
 
 def find_run(p):
     """{measured_run: {run_id, dir, points} or None}."""
     plan = p["plan"]
-    # a server across nodes is filed under its cluster fingerprint (every node's topology)
-    fingerprint = plan.get("cluster_fingerprint") or plan.get("topology_fingerprint")
-    runs = load_runs(p["results_dir"], model=plan.get("model_name"), fingerprint=fingerprint)
+    model, fingerprint = filed_under(plan)
+    runs = load_runs(p["results_dir"], model=model, fingerprint=fingerprint)
     found = measured_run(runs, plan, p["points"], p["bench"])
     if found is None:
         return {"changed": False, "measured_run": None}
@@ -95,6 +106,8 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("sglang_bench: %s" % "; ".join(validated.error_messages))
         p = validated.validated_parameters
         missing = [k for k in REQUIRED[p["state"]] if not p[k]]
+        if p["state"] in FILED:
+            missing += ["plan or %s" % k for k in file_under(p)]
         if missing:
             raise AnsibleActionFail("sglang_bench: state %s needs %s" % (p["state"], ", ".join(missing)))
         try:

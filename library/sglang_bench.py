@@ -36,10 +36,14 @@ options:
     type: path
     required: true
   model:
-    description: Model name (the plan's C(model_name)); O(state=record).
+    description: Model name the run or tune is filed under; default the C(model_name) of O(plan) (O(state=tune)
+      also C(tune.plan)). Needed for a layout without a plan (it failed at the plan stage).
     type: str
   topology_fingerprint:
-    description: The topology fingerprint the plan was made for; O(state=record).
+    description: The fingerprint the run or tune is filed under; default the one of O(plan) (O(state=tune) also
+      C(tune.plan)) - for a server across nodes its C(cluster_fingerprint) (every node's topology), else its
+      C(topology_fingerprint). Needed for a layout without a plan; give it as
+      C(plan | topolaunch.sglang.results_fingerprint), the same rule.
     type: str
   layout:
     description: Layout name, e.g. C(tp8), C(tp4pp2); O(state=record).
@@ -67,7 +71,8 @@ options:
     type: dict
     default: {}
   plan:
-    description: The plan the server ran (required by O(state=query)).
+    description: The plan the server ran (required by O(state=query)); for O(state=tune) the plan the tune started
+      from. Its model and fingerprint file the run (O(model), O(topology_fingerprint)).
     type: dict
   topology:
     description: The gpu_topology facts.
@@ -104,11 +109,10 @@ EXAMPLES = r"""
     bench: {dataset_name: random-ids, input_len: 1024, output_len: 1024}
   register: measured
 
-- name: Store the run on the controller
+- name: Store the run on the controller, filed under the plan's model and fingerprint
   topolaunch.sglang.sglang_bench:
     results_dir: "{{ playbook_dir }}/results"
-    model: glm-5-nvfp4
-    topology_fingerprint: a1b2c3d4e5f6
+    plan: "{{ topolaunch_plan }}"
     layout: tp8
     started: "2026-11-30T10:15:02Z"
     points: [{max_concurrency: 1, num_prompts: 8}]

@@ -219,6 +219,14 @@ def run_id_for(when):
     return when.astimezone(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
 
 
+def filed_under(plan):
+    """(model, fingerprint) whose folder keeps the results of a plan's server: the plan's model and, for a server
+    across nodes, its cluster fingerprint (every node's topology), else its topology fingerprint. The one place this
+    is decided: the sglang_bench action plugin and the filter topolaunch.sglang.results_fingerprint call it."""
+    plan = plan or {}
+    return plan.get("model_name"), plan.get("cluster_fingerprint") or plan.get("topology_fingerprint")
+
+
 def layout_dir(results_dir, model, fingerprint, layout):
     return os.path.join(results_dir, safe_name(model), safe_name(fingerprint), safe_name(layout))
 

@@ -4,6 +4,7 @@ under tests/unit/plugins/ by their collection names:
 
     library/X.py                   tests/unit/plugins/modules/test_X.py
     action_plugins/X.py            tests/unit/plugins/action/test_X.py
+    filter_plugins/X.py            tests/unit/plugins/filter/test_X.py
     module_utils/topolaunch/X.py   tests/unit/plugins/module_utils/test_X.py
     plugin_utils/X.py              tests/unit/plugins/plugin_utils/test_X.py
     anything else, e.g. roles/R/files/X.py, tools/X.py, inventory/example, bootstrap
@@ -24,6 +25,7 @@ PLUGINS = {  # mirror folder -> the folder of the code it mirrors
     "plugins/action": ROOT / "action_plugins",
     "plugins/module_utils": ROOT / "module_utils" / "topolaunch",
     "plugins/plugin_utils": ROOT / "plugin_utils",
+    "plugins/filter": ROOT / "filter_plugins",
     "plugins/doc_fragments": COLLECTION / "plugins" / "doc_fragments",
 }
 GENERATED = re.compile(r"\bby (tools/[a-z_]+)\.py\b[^\n]*Do not edit")

@@ -31,8 +31,8 @@ def test_record_check_mode_writes_nothing(tmp_path, run_action):
 def test_record_bad_input_fails_by_name(tmp_path, run_action):
     with pytest.raises(AnsibleActionFail, match="^sglang_bench: not an ISO 8601 time: 'yesterday'$"):
         run_action(sglang_bench, record_args(tmp_path, started="yesterday"))
-    with pytest.raises(AnsibleActionFail, match="^sglang_bench: state record needs model, layout$"):
-        run_action(sglang_bench, record_args(tmp_path, model="", layout=None))
+    with pytest.raises(AnsibleActionFail, match="^sglang_bench: state record needs layout, plan or model$"):
+        run_action(sglang_bench, record_args(tmp_path, model="", layout=None, plan=None))
     with pytest.raises(AnsibleActionFail, match="value of state must be one of: record, query, tune, report, got: remember"):
         run_action(sglang_bench, record_args(tmp_path, state="remember"))
     assert list(tmp_path.iterdir()) == []
@@ -94,3 +94,22 @@ def test_query_finds_a_server_across_nodes_under_its_cluster_fingerprint(tmp_pat
     other = tmp_path / "one-node"
     run_action(sglang_bench, record_args(other, plan=plan))
     assert _query(other, run_action, plan=plan)["measured_run"] is None
+
+
+def test_a_server_across_nodes_is_filed_under_its_cluster_fingerprint(tmp_path, run_action):
+    """Without model and topology_fingerprint, a run and a tune are filed under their plan's: a server across nodes
+    under its cluster fingerprint, and found there by a query."""
+    two = dict(PLAN, cluster_fingerprint="c1c2c3c4c5c6", per_node=[{"node_rank": 0}, {"node_rank": 1}])
+    args = record_args(tmp_path, plan=two)
+    del args["model"], args["topology_fingerprint"]
+    out = run_action(sglang_bench, args)
+    assert out["dir"] == str(tmp_path / "glm-5-nvfp4" / "c1c2c3c4c5c6" / "tp8")
+    found = run_action(sglang_bench, {"state": "query", "results_dir": str(tmp_path), "plan": two,
+                                      "points": args["points"], "bench": BENCH})["measured_run"]
+    assert found["run_id"] == out["run_id"]
+    tune = run_action(sglang_bench, {"state": "tune", "results_dir": str(tmp_path), "plan": two,
+                                     "started": "2026-11-30T10:00:00Z",
+                                     "tune": {"selection": SELECTION, "outcomes": OUTCOMES, "candidates": CANDIDATES,
+                                              "plan": FINAL, "workload": {"input_len": 64, "output_len": 16}}})
+    assert tune["files"] == [str(tmp_path / "glm-5-nvfp4" / "c1c2c3c4c5c6" / "tune-20261130T100000Z.json")]
+    assert load_tunes(str(tmp_path), fingerprint="c1c2c3c4c5c6")

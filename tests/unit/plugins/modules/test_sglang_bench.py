@@ -29,7 +29,8 @@ def test_each_state_that_needs_an_option_documents_it_for_that_state():
             assert key in options, (state, key)
 
 
-SAMPLE = {"dict": {"model_name": "glm-5-nvfp4", "layout": {"name": "tp8"}}, "str": "x", "path": "/tmp/results"}
+SAMPLE = {"dict": {"model_name": "glm-5-nvfp4", "topology_fingerprint": "a1b2c3d4e5f6", "layout": {"name": "tp8"}},
+          "str": "x", "path": "/tmp/results"}
 
 
 @pytest.mark.parametrize("example", yaml.safe_load(docs.EXAMPLES), ids=lambda e: e["name"])
@@ -41,6 +42,7 @@ def test_every_example_passes_the_action_plugins_validation(example):
     assert validated.error_messages == []
     p = validated.validated_parameters
     assert [k for k in action.REQUIRED[p["state"]] if not p[k]] == []
+    assert p["state"] not in action.FILED or action.file_under(p) == []      # filed under a model and fingerprint
 
 
 def test_the_return_values_parse_and_the_old_name_is_routed_here():

@@ -1,0 +1,41 @@
+"""Filters for what the bench stage measures and where the results are filed (the results tree:
+plugin_utils/results.py).
+
+    plan | topolaunch.sglang.results_fingerprint          the fingerprint a plan's results are filed under
+    concurrency | topolaunch.sglang.bench_points(workload_concurrency, prompts_per_concurrency, min_prompts)
+    candidates | topolaunch.sglang.sweep_layouts(top)      the layouts a sweep measures by default
+"""
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils.results import filed_under
+
+
+def results_fingerprint(plan):
+    """The fingerprint a plan's results are filed under (a server across nodes: its cluster fingerprint)."""
+    return filed_under(plan)[1]
+
+
+def bench_points(concurrency, workload_concurrency, prompts_per_concurrency, min_prompts):
+    """The bench's points, ascending: each concurrency and the workload's (the planner ranks layouts by measurements
+    at it), each with max(concurrency x prompts_per_concurrency, min_prompts) prompts."""
+    levels = sorted({int(c) for c in list(concurrency or []) + [workload_concurrency]})
+    return [{"max_concurrency": c, "num_prompts": max(c * int(prompts_per_concurrency), int(min_prompts))}
+            for c in levels]
+
+
+def sweep_layouts(candidates, top):
+    """The best valid candidate of each distinct tp/pp/dp shape, best first (candidates come best first), at most
+    `top`: expert-parallel variants of one shape score alike and would crowd out the comparison that matters."""
+    names, shapes = [], set()
+    for c in candidates or []:
+        shape = (c.get("tp"), c.get("pp"), c.get("dp"))
+        if c.get("valid") and shape not in shapes and len(names) < int(top):
+            shapes.add(shape)
+            names.append(c["name"])
+    return names
+
+
+class FilterModule:
+    """topolaunch.sglang results filters."""
+
+    def filters(self):
+        return {"results_fingerprint": results_fingerprint, "bench_points": bench_points,
+                "sweep_layouts": sweep_layouts}

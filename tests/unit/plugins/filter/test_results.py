@@ -1,0 +1,32 @@
+"""filter_plugins/results.py: where a plan's results are filed (the rule of plugin_utils/results.py), the bench's
+points, a sweep's default layouts."""
+from ansible_collections.topolaunch.sglang.plugins.filter.results import (FilterModule, bench_points,
+                                                                         results_fingerprint, sweep_layouts)
+
+
+def test_a_server_across_nodes_is_filed_under_its_cluster_fingerprint():
+    assert results_fingerprint({"topology_fingerprint": "a" * 12}) == "a" * 12
+    assert results_fingerprint({"topology_fingerprint": "a" * 12, "cluster_fingerprint": "c" * 12}) == "c" * 12
+    assert results_fingerprint(None) is None
+
+
+def test_points_take_the_workload_concurrency_and_a_floor_of_prompts():
+    assert bench_points([8, 1, 32], 128, 4, 16) == [
+        {"max_concurrency": 1, "num_prompts": 16}, {"max_concurrency": 8, "num_prompts": 32},
+        {"max_concurrency": 32, "num_prompts": 128}, {"max_concurrency": 128, "num_prompts": 512}]
+    assert bench_points(["8"], "8", "2", "16") == [{"max_concurrency": 8, "num_prompts": 16}]   # once, as ints
+
+
+def test_a_sweep_takes_the_best_valid_layout_of_each_shape():
+    candidates = [{"name": "tp8", "tp": 8, "pp": 1, "dp": 1, "valid": True},
+                  {"name": "tp8ep8", "tp": 8, "pp": 1, "dp": 1, "valid": True},     # the same shape: left out
+                  {"name": "tp3", "tp": 3, "pp": 1, "dp": 1, "valid": False},
+                  {"name": "tp4pp2", "tp": 4, "pp": 2, "dp": 1, "valid": True},
+                  {"name": "tp2pp4", "tp": 2, "pp": 4, "dp": 1, "valid": True},
+                  {"name": "tp4dp2", "tp": 4, "pp": 1, "dp": 2, "valid": True}]
+    assert sweep_layouts(candidates, 3) == ["tp8", "tp4pp2", "tp2pp4"]
+    assert sweep_layouts(candidates, "2") == ["tp8", "tp4pp2"] and sweep_layouts([], 3) == []
+
+
+def test_the_filters_are_named():
+    assert set(FilterModule().filters()) == {"results_fingerprint", "bench_points", "sweep_layouts"}
