@@ -1,4 +1,4 @@
-"""docs/DESIGN.md, the contracts between the pieces, names every module, action and filter plugin, role, stage
+"""docs/DESIGN.md, the contracts between the pieces, names every module, action plugin, filter, role, stage
 playbook and plugin_utils file there is: a piece added without its place in the design fails here."""
 import re
 
@@ -12,11 +12,11 @@ DESIGN = (ROOT / "docs" / "DESIGN.md").read_text()
 
 def pieces():
     for kind, folder, pattern in (("module", "library", "*.py"), ("action plugin", "action_plugins", "*.py"),
-                                  ("filter plugin", "filter_plugins", "*.py"), ("plugin_utils", "plugin_utils", "*.py"),
+                                  ("filter", "filter_plugins", "*.yml"), ("plugin_utils", "plugin_utils", "*.py"),
                                   ("playbook", "playbooks", "*.yml")):
         for path in sorted((ROOT / folder).glob(pattern)):
             if path.stem != "__init__":
-                yield kind, path.stem if kind in ("module", "action plugin", "filter plugin") else path.name
+                yield kind, path.stem if kind in ("module", "action plugin", "filter") else path.name
     for role in sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "meta" / "main.yml").is_file()):
         yield "role", role
 

@@ -1,0 +1,39 @@
+"""Filters for the relaunch sequence (role relaunch): which steps this run takes, and whether a failed health check
+may roll back.
+
+    relaunch_steps: "{{ ansible_run_tags | topolaunch.sglang.relaunch_steps(ansible_skip_tags) }}"
+    no_rollback: "{{ failed | topolaunch.sglang.rollback_refusal(relaunch_rollback, relaunch_rolling_back) }}"
+"""
+
+STEPS = ("validate", "cleanup", "launch", "health")
+
+
+def relaunch_steps(run_tags, skip_tags=()):
+    """The relaunch's steps in order: every step with no tags, --tags all or --tags relaunch; else those named in
+    --tags; minus --skip-tags."""
+    run_tags = set(run_tags or ["all"])
+    wanted = set(STEPS) if run_tags & {"all", "relaunch"} else run_tags
+    return [s for s in STEPS if s in wanted and s not in set(skip_tags or [])]
+
+
+def rollback_refusal(failed, rollback=True, rolling_back=False):
+    """Why the server whose health check failed is not rolled back ('' when it is): `failed` is sglang_health's
+    failure (its plan and last good plan). A rollback that failed again is not rolled back again (the caller says
+    so); rollback off; no last good plan; the last good plan is the one that failed."""
+    failed = failed or {}
+    if rolling_back:
+        return ""
+    if not rollback:
+        return "rollback is off (health_rollback=false)"
+    if not failed.get("last_good_plan"):
+        return "there is no last known good plan"
+    if not failed.get("last_good_differs"):
+        return "the last known good plan is the one that failed"
+    return ""
+
+
+class FilterModule:
+    """topolaunch.sglang relaunch filters."""
+
+    def filters(self):
+        return {"relaunch_steps": relaunch_steps, "rollback_refusal": rollback_refusal}
