@@ -1,4 +1,5 @@
-"""One SGLang server across two lab hosts (inventory/lab-multinode): deploy, layouts, a node failing, a node gone.
+"""One SGLang server across two lab hosts (inventory/lab-multinode): deploy, layouts, a node failing, a node gone,
+a tune over both nodes.
 
 The hosts of inventory/lab-multinode (node0 ssh 2205, node1 ssh 2206, 8 simulated RTX PRO 6000 each, the field
 spec; repository 18085; node 0's API on 30200, node 1's health check server on 30201; rendezvous 127.0.0.1:50200)
@@ -199,6 +200,33 @@ def test_node1_unreachable_fails_before_anything_stops(cluster):
         assert "TASK [topolaunch.sglang.cleanup" not in out and "TASK [topolaunch.sglang.launch" not in out
     finally:
         cluster.lab("start", "node1")
+    rc, out, _ = cluster.relaunch("-e", "layout=tp8pp2")
+    assert rc == 0, out[-6000:]
+    cluster.assert_serving("tp8pp2", 2, 8)
+
+
+def test_a_tune_across_both_nodes_runs_the_measured_winner_and_files_it_with_its_runs(cluster, tmp_path):
+    """layout: tune over the two nodes, the lab's truth against the planner (lab_sim_layout_speed: tp4pp4 three
+    times faster, tp8pp2 half speed): each candidate is relaunched on both nodes and measured by node 0, the measured
+    winner runs on both, and the tune's record is filed under the cluster fingerprint with the runs it measured."""
+    extra = {"layout": "tune", "tune_layouts": ["tp8pp2", "tp4pp4"], "lab_sim_layout_speed": "tp4pp4=3,tp8pp2=0.5",
+             "topolaunch_results_dir": str(tmp_path / "results")}
+    rc, out, seconds = cluster.play("--tags", "topology,relaunch", "-e", json.dumps(extra))
+    assert rc == 0, out[-8000:]
+    print("the tune of 2 layouts over both nodes took %.0f s" % seconds)
+    cluster.assert_serving("tp4pp4", 4, 4)
+    plans = [cluster.plan(node) for node in NODES]
+    assert all(p["source"] == "measured" for p in plans), [p["source"] for p in plans]
+    fingerprint = plans[0]["cluster_fingerprint"]
+    machine = tmp_path / "results" / plans[0]["model_name"] / fingerprint
+    for layout in ("tp8pp2", "tp4pp4"):
+        assert list((machine / layout).glob("*.jsonl")), layout
+    assert len(list(machine.glob("tune-*.json"))) == 1
+    assert [p.parent.name for p in (tmp_path / "results").rglob("*.json") if p.parent.parent.name != "plots"
+            and p.name.startswith("tune-")] == [fingerprint]
+    tune = json.loads(next(machine.glob("tune-*.json")).read_text())
+    assert (tune["winner"], tune["winner_source"]) == ("tp4pp4", "measured")
+    # the lab's truth back to the planner's: tp8pp2 for whatever runs after this test
     rc, out, _ = cluster.relaunch("-e", "layout=tp8pp2")
     assert rc == 0, out[-6000:]
     cluster.assert_serving("tp8pp2", 2, 8)
