@@ -2,6 +2,8 @@
 
 state=query: the newest complete run of this very server (plan SERVER_KEYS) at this very workload (points and
 bench settings) under results_dir, or none; changes nothing. The bench role skips measuring again when there is one.
+With artifacts_dir it also returns the topology the plan was made for (plugin_utils/results.py planned_topology:
+this run's facts of each node, else those the topology stage saved), or fails when it is missing or changed.
 state=record: store one bench_serving run (or one failed sweep layout) under results_dir, never overwriting
 (plugin_utils/results.py record_run); changed. In check mode nothing is written and the run id that would be used is
 returned. Formerly the module bench_record (delegated to localhost); that name is routed here.
@@ -18,7 +20,8 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils import report
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils.results import (ResultsError, failure_message,
                                                                                 filed_under, load_runs, measured_run,
-                                                                                record_run, record_tune, tune_record)
+                                                                                planned_topology, record_run,
+                                                                                record_tune, tune_record)
 
 ARGUMENT_SPEC = {
     "state": {"type": "str", "choices": ["record", "query", "tune", "report"], "default": "record"},
@@ -38,6 +41,8 @@ ARGUMENT_SPEC = {
     "error": {"type": "dict"},
     "tune": {"type": "dict"},
     "out_dir": {"type": "path"},
+    "nodes": {"type": "list", "elements": "str", "default": []},
+    "artifacts_dir": {"type": "path"},
 }
 # What each state needs; record and tune also need the model and fingerprint to file under: given, or the plan's
 # (plugin_utils/results.py filed_under: a server across nodes is filed under its cluster fingerprint).
@@ -53,16 +58,29 @@ def file_under(p):
     return [k for k in ("model", "topology_fingerprint") if not p[k]]
 
 
-def find_run(p):
-    """{measured_run: {run_id, dir, points} or None}."""
+def find_run(p, host, hostvars):
+    """{measured_run: {run_id, dir, points} or None, topology}: with artifacts_dir, also the topology facts the plan
+    was made for (every node's for a server across nodes: nodes), from this run's facts of each host, else the
+    topology stage's saved ones; it fails when they are missing or another topology's."""
     plan = p["plan"]
     model, fingerprint = filed_under(plan)
+    out = {"changed": False, "measured_run": None}
+    if p["artifacts_dir"]:
+        hosts = p["nodes"] if plan.get("per_node") else [host]
+        out["topology"] = planned_topology(plan, hosts, lambda h: _facts(hostvars, h), p["artifacts_dir"])
     runs = load_runs(p["results_dir"], model=model, fingerprint=fingerprint)
     found = measured_run(runs, plan, p["points"], p["bench"])
-    if found is None:
-        return {"changed": False, "measured_run": None}
-    return {"changed": False, "measured_run": {"run_id": found["run_id"], "dir": found["dir"],
-                                               "points": found["points"]}}
+    if found is not None:
+        out["measured_run"] = {"run_id": found["run_id"], "dir": found["dir"], "points": found["points"]}
+    return out
+
+
+def _facts(hostvars, host):
+    """This run's gpu_topology facts of a host (None: the topology stage did not run for it)."""
+    try:
+        return (hostvars[host].get("ansible_facts") or {}).get("gpu_topology")
+    except (KeyError, AttributeError, TypeError):
+        return None
 
 
 def store_run(p, check_mode):
@@ -112,7 +130,8 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail("sglang_bench: state %s needs %s" % (p["state"], ", ".join(missing)))
         try:
             if p["state"] == "query":
-                result.update(find_run(p))
+                task_vars = task_vars or {}
+                result.update(find_run(p, task_vars.get("inventory_hostname"), task_vars.get("hostvars") or {}))
             else:
                 result.update({"record": store_run, "tune": store_tune, "report": write_report}[p["state"]](
                     p, self._task.check_mode))

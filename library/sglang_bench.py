@@ -95,6 +95,17 @@ options:
   out_dir:
     description: O(state=report) - where FINDINGS.md and plots/ go; default O(results_dir).
     type: path
+  artifacts_dir:
+    description: O(state=query) - also return the topology the plan was made for (C(topology)), the facts a run is
+      recorded with - this run's gpu_topology facts of the host, else those the topology stage saved in
+      C(<artifacts_dir>/<host>/topology.json); fail when they are missing or of another fingerprint than the plan's.
+    type: path
+  nodes:
+    description: O(state=query) with O(artifacts_dir), a plan of a server across nodes - its inventory hosts in
+      node-rank order (C(topolaunch_nodes)); each node's topology is returned under the cluster fingerprint.
+    type: list
+    elements: str
+    default: []
 author:
   - topolaunch project (@topolaunch)
 """
@@ -137,6 +148,11 @@ RETURN = r"""
 measured_run:
   description: O(state=query) - the run found (run_id, dir, points), or null.
   returned: state query
+  type: dict
+topology:
+  description: O(state=query) with O(artifacts_dir) - the topology facts the plan was made for (a server across
+    nodes - C(fingerprint), C(nnodes), C(nodes), C(node_fingerprints), C(gpu_count), C(gpus), versions).
+  returned: state query with artifacts_dir
   type: dict
 run_id:
   description: The run id used (or that would be used in check mode).

@@ -7,7 +7,8 @@ short_description: Validate a plan on the host, decide whether to replace the se
 description:
   - The stages validate (O(state=checked)) and launch (O(state=started)) of a relaunch, one call on the target each.
     Formerly named C(sglang_service); that name still works.
-  - Both states first validate, failing with every problem and "nothing was stopped" - the plan is complete and
+  - Both states first validate (O(state=started) not when O(validated) - the validate step of the same relaunch
+    checked these very inputs), failing with every problem and "nothing was stopped" - the plan is complete and
     consistent (argv, GPU indices, CUDA_VISIBLE_DEVICES, env, port, topology fingerprint, SGLang version, layout)
     and made for this host's GPUs (O(topology_fingerprint), O(gpu_count)), no string of the server's part of the
     plan and no line of the rendered env file, unit or server config holds a control character, the env file's
@@ -91,6 +92,11 @@ options:
     description: Replace the server even when the same plan already runs.
     type: bool
     default: false
+  validated:
+    description: O(state=started) - these very inputs (plan and rendered files) were checked with O(state=checked)
+      in this relaunch (the relaunch role's validate step), so the checks are not run again; the decision is.
+    type: bool
+    default: false
   enabled:
     description: Start the unit at boot (null leaves it as it is).
     type: bool
@@ -129,6 +135,7 @@ EXAMPLES = r"""
     unit_content: "{{ lookup('ansible.builtin.template', 'unit.service.j2') }}"
     env_content: "{{ lookup('ansible.builtin.template', 'sglang.env.j2') }}"
     force: "{{ decision.replace }}"
+    validated: true
     enabled: true
     state: started
 """
@@ -203,6 +210,7 @@ ARGUMENT_SPEC = {
     "topology_fingerprint": {"type": "str"},
     "gpu_count": {"type": "int"},
     "force": {"type": "bool", "default": False},
+    "validated": {"type": "bool", "default": False},
     "enabled": {"type": "bool"},
     "state": {"type": "str", "choices": ["checked", "started"], "default": "checked"},
     "journal_lines": {"type": "int", "default": DEFAULTS["journal_lines"]},

@@ -227,6 +227,43 @@ def filed_under(plan):
     return plan.get("model_name"), plan.get("cluster_fingerprint") or plan.get("topology_fingerprint")
 
 
+def planned_topology(plan, hosts, facts_of, artifacts_dir):
+    """The topology facts a plan's results are recorded with (their .topology.json), checked against the plan.
+
+    hosts: the inventory hosts of the plan's server in node-rank order (one for a single node); facts_of(host): this
+    run's gpu_topology facts of that host, or None (the topology stage did not run): then the facts the topology
+    stage saved on the controller, <artifacts_dir>/<host>/topology.json. A server across nodes gets every node's
+    facts under its cluster fingerprint. Raises ResultsError, naming the host, when the facts are missing or their
+    fingerprint is not the one the plan was made for: results filed under a fingerprint must have been measured on
+    it."""
+    plan = plan or {}
+    found = []
+    for host in hosts:
+        facts = facts_of(host)
+        if not facts:
+            path = os.path.join(artifacts_dir, host, "topology.json")
+            facts = _read_json(path) if os.path.isfile(path) else None
+        found.append((host, facts or {}))
+    per_node = plan.get("per_node")
+    planned = [n.get("topology_fingerprint") for n in per_node] if per_node else [plan.get("topology_fingerprint")]
+    have = [facts.get("fingerprint") for _host, facts in found]
+    if have != planned:
+        host, facts = next(((h, f) for (h, f), want in zip(found, planned) if f.get("fingerprint") != want),
+                           found[0] if found else ("?", {}))
+        raise ResultsError(
+            "bench refuses to run on %s: the plan was made for topology %s but %s. Run deploy.yml --tags "
+            "topology,relaunch first." % (host, filed_under(plan)[1], (
+                "the topology now has fingerprint %s" % facts["fingerprint"] if facts.get("fingerprint")
+                else "%s is missing" % os.path.join(artifacts_dir, host, "topology.json"))))
+    if not per_node:
+        return found[0][1]
+    nodes = [facts for _host, facts in found]
+    return {"fingerprint": filed_under(plan)[1], "nnodes": len(nodes), "nodes": nodes, "node_fingerprints": have,
+            "gpu_count": sum(n.get("gpu_count", 0) for n in nodes),
+            "gpus": [g for n in nodes for g in n.get("gpus", [])],
+            "driver_version": nodes[0].get("driver_version"), "cuda_driver_version": nodes[0].get("cuda_driver_version")}
+
+
 def layout_dir(results_dir, model, fingerprint, layout):
     return os.path.join(results_dir, safe_name(model), safe_name(fingerprint), safe_name(layout))
 

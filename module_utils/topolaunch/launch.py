@@ -15,7 +15,8 @@
      changed (only SERVER_KEYS are compared, key order does not matter; what changed is named); the unit file,
      the env file or the server's config file changed. A file "changed" when its content, mode or owner differ
      from what would be written.
-- `started` is the launch step: the same, then: creates the env file's directory and `state_dir` (root 0755);
+- `started` is the launch step: the same (`validate()` only when not `validated`: the caller checked these very
+  inputs with `checked` in this relaunch, as the relaunch role does), then: creates the env file's directory and `state_dir` (root 0755);
   writes the env file (root 0600, created 0600: the secrets are never readable by anyone else), the server's
   config file (`--config`, the API key: 0600 owned by the service user; removed when empty) and the unit file
   (0644) when they differ, and `current_plan.json` (0644) only when the server is (re)started (it records what
@@ -65,6 +66,7 @@ DEFAULTS = {
     "topology_fingerprint": None,
     "gpu_count": None,
     "force": False,
+    "validated": False,
     "enabled": None,
     "state": "checked",
     "journal_lines": 20,
@@ -435,8 +437,13 @@ def launch(opts, check_mode=False, run=_run, owner=(0, 0)):
     plan_path = state_file(o["state_dir"], CURRENT_PLAN)
     config_path = o["config_file"] or state_file(o["state_dir"], SERVER_CONFIG)
 
-    validate(o, run)
-    user = pwd.getpwnam(o["service_user"])
+    if o["state"] == "checked" or not o["validated"]:
+        validate(o, run)
+    try:
+        user = pwd.getpwnam(o["service_user"])
+    except KeyError:
+        raise LaunchError("Cannot launch: the service user %r does not exist: the sglang role creates it "
+                          "(--tags provision); %s." % (o["service_user"], NOTHING_STOPPED)) from None
     # (path, content, mode, owner): written in this order, the env file and the server's config before the unit
     # that reads them. The config is the service user's own (SGLang reads it inside its process); without content
     # it must not exist.

@@ -119,7 +119,6 @@ def host(tmp_path_factory):
     inv = tmp_path_factory.mktemp("inventories") / NAME
     copied_inventory(
         inv, "pytest-lifecycle", REPO_PORT, topolaunch_port=SERVER_PORT,
-        launch_plan_file=str(inv.parent / "artifacts" / "{{ inventory_hostname }}" / "plan.json"),
         # Time no case measures: an instant load, a drain that notices SIGTERM at once (SGLang polls every 5 s),
         # a short TimeoutStopSec (a server that ignores SIGTERM is SIGKILLed after 4 s instead of 10 s).
         launch_extra_env={"SGLANG_SIM_LOAD_SECONDS": "0", "SGLANG_SIM_CAPTURE_SECONDS": "0",

@@ -47,7 +47,6 @@ def write_inventory():
         "lab_repo_port": REPO_PORT, "lab_repo_url": "http://127.0.0.1:%d" % REPO_PORT,
         "ansible_ssh_private_key_file": str(SSH_KEY),
         "topolaunch_artifacts_dir": str(OUTSIDE / "artifacts"), "topolaunch_results_dir": str(OUTSIDE / "results"),
-        "launch_plan_file": str(OUTSIDE / "artifacts" / "{{ inventory_hostname }}" / "plan.json"),
         "preflight_step_timeout": STEP_TIMEOUT,
         "launch_extra_env": {"SGLANG_SIM_LOAD_SECONDS": "0", "SGLANG_SIM_CAPTURE_SECONDS": "0",
                              "SGLANG_SIM_DRAIN_POLL_SECONDS": "0.2"},

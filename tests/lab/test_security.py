@@ -115,7 +115,6 @@ def host(tmp_path_factory):
     inv = tmp_path_factory.mktemp("inventories") / NAME
     copied_inventory(
         inv, "security", REPO_PORT, ansible_user=USER, topolaunch_port=SERVER_PORT,
-        launch_plan_file=str(inv.parent / "artifacts" / "{{ inventory_hostname }}" / "plan.json"),
         launch_extra_env={"SGLANG_SIM_LOAD_SECONDS": "0", "SGLANG_SIM_CAPTURE_SECONDS": "0",
                           "SGLANG_SIM_DRAIN_POLL_SECONDS": "0.2"},
         launch_drain_timeout=2, launch_stop_margin=2, health_startup_timeout=60, health_chunk_seconds=5)

@@ -34,7 +34,7 @@ UNIT = "topolaunch-sglang.service"
 # The unit's extra environment: an instant load, a capture long enough for health to report it (4 s: 0.5.23
 # captures two graphs of 2 s); with FAULT, a 0.5.23 server crashes while it loads.
 FAST = {"SGLANG_SIM_LOAD_SECONDS": "0", "SGLANG_SIM_CAPTURE_SECONDS": "4", "SGLANG_SIM_DRAIN_POLL_SECONDS": "0.2"}
-FAULT_0_5_23 = ("{{ %s | combine({'SGLANG_SIM_FAULT': 'crash_during_load'} if launch_plan.sglang_version is "
+FAULT_0_5_23 = ("{{ %s | combine({'SGLANG_SIM_FAULT': 'crash_during_load'} if relaunch_plan.sglang_version is "
                 "version('0.5.23', '>=') else {}) }}" % json.dumps(FAST))
 
 LAB_MISSING = os.geteuid() != 0 or not shutil.which("systemd-nspawn") or not shutil.which("debootstrap")

@@ -32,7 +32,7 @@ def test_role_documents_its_variables_and_uses_the_shared_names(role):
 # (the sglang_bench action plugin applies the rule) or asks the filter topolaunch.sglang.results_fingerprint.
 TWO_NODES = {"model_name": "glm-5-nvfp4", "topology_fingerprint": "node0fingerp", "cluster_fingerprint": "clusterfinge",
              "layout": {"name": "tp8pp2", "nnodes": 2}, "per_node": [{"node_rank": 0}, {"node_rank": 1}]}
-PLAN_VARS = {"tune_base_plan": TWO_NODES, "sweep_base_plan": TWO_NODES, "topolaunch_plan": TWO_NODES,
+PLAN_VARS = {"tune_base_plan": TWO_NODES, "topolaunch_plan": TWO_NODES, "relaunch_plan": TWO_NODES,
              "bench_serving": {"plan": TWO_NODES, "url": "http://127.0.0.1:30000"}}
 FILES = ("record", "tune", "query")
 

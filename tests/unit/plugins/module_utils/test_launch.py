@@ -547,3 +547,19 @@ def test_an_unreadable_version_record_fails_naming_it(host, content, words):
     assert words.format(rec=host / "etc" / "sglang_version.json") in str(exc.value)
     assert str(exc.value).endswith("Run the provision stage (--tags provision), which writes it again; nothing was "
                                    "stopped.")
+
+
+def test_a_start_validated_in_this_relaunch_is_not_validated_again(host):
+    """validated: the relaunch's validate step checked these very inputs (state checked): the start trusts it and runs
+    no check again (systemd-analyze verify, the files on the host); the checked state always checks."""
+    (host / "venv" / "bin" / "python").unlink()          # validate() would refuse now
+    with pytest.raises(LaunchError, match="the SGLang python .* does not exist"):
+        call(host, Systemd(host), state="checked", validated=True)
+    with pytest.raises(LaunchError, match="the SGLang python .* does not exist"):
+        call(host, Systemd(host))
+    sd = Systemd(host)
+    res = call(host, sd, validated=True)
+    assert res["replace"] is True and sd.verbs() == ["daemon-reload", "reset-failed", "enable", "restart"]
+    assert not any(c[0] == "systemd-analyze" for c in sd.calls)
+    with pytest.raises(LaunchError, match="the service user 'no-such-user-tl' does not exist"):
+        call(host, Systemd(host), validated=True, service_user="no-such-user-tl")

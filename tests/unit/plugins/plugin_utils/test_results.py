@@ -464,3 +464,31 @@ def test_tunes_are_kept_never_overwritten_and_read_back(tmp_path):
     assert tunes[0]["model"] == "glm-5-nvfp4" and tunes[0]["layouts"][0]["layout"] == "tp4pp2"
     assert results.load_tunes(str(tmp_path), fingerprint="ffffffffffff") == []
     assert results.load_runs(str(tmp_path)) == []                       # a tune record is not a run
+
+
+# ------------------------------------------------------------------------- the topology a run is recorded with
+def test_the_topology_of_a_plan_comes_from_this_run_else_the_topology_stage(tmp_path):
+    facts = {"fingerprint": "a1b2c3d4e5f6", "gpu_count": 8, "driver_version": "580.95.05"}
+    plan = {"topology_fingerprint": "a1b2c3d4e5f6"}
+    assert results.planned_topology(plan, ["field"], lambda h: facts, str(tmp_path)) == facts
+    (tmp_path / "field").mkdir()
+    (tmp_path / "field" / "topology.json").write_text(json.dumps(facts))
+    assert results.planned_topology(plan, ["field"], lambda h: None, str(tmp_path)) == facts
+    with pytest.raises(results.ResultsError, match="bench refuses to run on field: the plan was made for topology "
+                                                   "a1b2c3d4e5f6 but the topology now has fingerprint 0000"):
+        results.planned_topology(plan, ["field"], lambda h: dict(facts, fingerprint="0000"), str(tmp_path))
+    with pytest.raises(results.ResultsError, match="but %s is missing" % (tmp_path / "other" / "topology.json")):
+        results.planned_topology(plan, ["other"], lambda h: None, str(tmp_path))
+
+
+def test_a_server_across_nodes_is_recorded_with_every_nodes_topology(tmp_path):
+    nodes = {"n0": {"fingerprint": "f0", "gpu_count": 8, "gpus": [{"index": 0}], "driver_version": "580"},
+             "n1": {"fingerprint": "f1", "gpu_count": 8, "gpus": [{"index": 0}]}}
+    plan = {"topology_fingerprint": "f0", "cluster_fingerprint": "c0",
+            "per_node": [{"topology_fingerprint": "f0"}, {"topology_fingerprint": "f1"}]}
+    got = results.planned_topology(plan, ["n0", "n1"], nodes.get, str(tmp_path))
+    assert (got["fingerprint"], got["nnodes"], got["node_fingerprints"], got["gpu_count"], len(got["gpus"]),
+            got["driver_version"]) == ("c0", 2, ["f0", "f1"], 16, 2, "580")
+    with pytest.raises(results.ResultsError, match="bench refuses to run on n1: the plan was made for topology c0"):
+        results.planned_topology(plan, ["n0", "n1"], {"n0": nodes["n0"], "n1": dict(nodes["n1"], fingerprint="x")}.get,
+                                 str(tmp_path))

@@ -23,7 +23,7 @@ CASES = {
     "keyed": {"topolaunch_api_key": KEY, "model_weights_hf_token": "hf_t0ken"},
     "plain": {},
     "lab": {"launch_read_write_paths": ["/run/fake-nvml"], "launch_nvidia_modprobe": ""},
-    "home": {"topolaunch_plan": dict(PLAN, model_path="/home/ops/models/glm")},
+    "home": {"relaunch_plan": dict(PLAN, model_path="/home/ops/models/glm")},
     "soft": {"launch_hardening": False},
 }
 NAMES = ["unit.service.j2", "sglang.env.j2", "sglang-config.yaml.j2"]
@@ -39,7 +39,7 @@ def rendered(tmp_path_factory):
         variables = {}
         for names in ("topolaunch/defaults", "launch/defaults", "launch/vars"):    # the role's own precedence
             variables.update(yaml.safe_load((ROOT / "roles" / names / "main.yml").read_text()))
-        variables.update({"topolaunch_plan": PLAN})
+        variables.update({"relaunch_plan": PLAN})    # the plan the relaunch role hands the launch role
         variables.update(extra)
         plays.append({"name": case, "hosts": "localhost", "gather_facts": False, "vars": variables, "tasks": [
             {"ansible.builtin.set_fact": {"rendered_" + case: {
