@@ -92,6 +92,15 @@ options:
     description: Replace the server even when the same plan already runs.
     type: bool
     default: false
+  cleanup:
+    description:
+      - O(state=started) - when the server is replaced, first stop it and clean our GPUs in this same call, as the
+        module M(topolaunch.sglang.gpu_cleanup) does with these of its options (C(gpu_indices), C(ports),
+        C(term_timeout), C(kill_timeout), C(release_timeout), C(memory_threshold_mib), C(stop_foreign), ...;
+        O(unit_name), O(state_dir) and O(service_user) are this module's, and the unit is stopped). Needs
+        nvidia-ml-py (run it with the tools venv's python). Its result is C(cleanup). Not given - nothing is stopped
+        first.
+    type: dict
   validated:
     description: O(state=started) - these very inputs (plan and rendered files) were checked with O(state=checked)
       in this relaunch (the relaunch role's validate step), so the checks are not run again; the decision is.
@@ -129,15 +138,18 @@ EXAMPLES = r"""
     state: checked
   register: decision
 
-- name: Write the unit and start it
+- name: Stop the old server, clean its GPUs, write the unit and start it (one call)
   topolaunch.sglang.sglang_launch:
     plan: "{{ topolaunch_plan }}"
     unit_content: "{{ lookup('ansible.builtin.template', 'unit.service.j2') }}"
     env_content: "{{ lookup('ansible.builtin.template', 'sglang.env.j2') }}"
     force: "{{ decision.replace }}"
     validated: true
+    cleanup: {gpu_indices: "{{ topolaunch_plan.gpu_indices }}", ports: ["{{ topolaunch_plan.port }}"]}
     enabled: true
     state: started
+  vars:
+    ansible_python_interpreter: /opt/topolaunch/tools/bin/python
 """
 
 RETURN = r"""
@@ -174,6 +186,10 @@ plan_path:
   description: Path of current_plan.json.
   returned: success
   type: str
+cleanup:
+  description: O(cleanup) given and the server replaced - what was stopped and cleaned (gpu_cleanup's result).
+  returned: state started with cleanup, when replacing
+  type: dict
 written:
   description: Directories and files created or written (in check mode, those that would be).
   returned: success
@@ -189,8 +205,10 @@ actions:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.topolaunch.sglang.plugins.module_utils.cleanup import CleanupError, cleanup
 from ansible_collections.topolaunch.sglang.plugins.module_utils.launch import (
     DEFAULTS, LaunchError, config_values, env_values, launch)
+from ansible_collections.topolaunch.sglang.plugins.module_utils.topology import TopologyError, import_nvml
 
 ARGUMENT_SPEC = {
     "unit_name": {"type": "str", "default": DEFAULTS["unit_name"], "aliases": ["name"]},
@@ -211,6 +229,7 @@ ARGUMENT_SPEC = {
     "gpu_count": {"type": "int"},
     "force": {"type": "bool", "default": False},
     "validated": {"type": "bool", "default": False},
+    "cleanup": {"type": "dict"},
     "enabled": {"type": "bool"},
     "state": {"type": "str", "choices": ["checked", "started"], "default": "checked"},
     "journal_lines": {"type": "int", "default": DEFAULTS["journal_lines"]},
@@ -225,8 +244,26 @@ def main():
     # The secrets themselves, not only the whole env content, are masked wherever they would show (log lines).
     module.no_log_values.update(env_values(p["env_content"], p["secret_env_keys"]))
     module.no_log_values.update(config_values(p["config_content"]))
+    clean = None
+    if p["cleanup"] is not None and p["state"] == "started":
+        try:
+            nvml = import_nvml()
+        except TopologyError as exc:
+            module.fail_json(msg=str(exc), stage="cleanup")
+        # The gpu_cleanup module's options: stop this unit, then what of ours is left on our GPUs and port.
+        options = dict(p["cleanup"], unit_name=p["unit_name"], state_dir=p["state_dir"],
+                       service_user=p["service_user"], stop_unit=True)
+
+        def clean(check_mode):
+            try:
+                return cleanup(options, nvml, check_mode=check_mode)
+            except CleanupError as exc:
+                module.fail_json(msg=str(exc), stage="cleanup", **exc.result)
+            except nvml.NVMLError as exc:
+                module.fail_json(msg="NVML failed while cleaning GPUs %s: %s" % (options.get("gpu_indices"), exc),
+                                 stage="cleanup")
     try:
-        result = launch(p, check_mode=module.check_mode)
+        result = launch(p, check_mode=module.check_mode, clean=clean)
     except LaunchError as exc:
         failure = {"stage": "validate" if p["state"] == "checked" else "launch"}
         failure.update(exc.result)

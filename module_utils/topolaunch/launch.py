@@ -16,7 +16,9 @@
      the env file or the server's config file changed. A file "changed" when its content, mode or owner differ
      from what would be written.
 - `started` is the launch step: the same (`validate()` only when not `validated`: the caller checked these very
-  inputs with `checked` in this relaunch, as the relaunch role does), then: creates the env file's directory and `state_dir` (root 0755);
+  inputs with `checked` in this relaunch, as the relaunch role does), then, when the server is replaced and the
+  caller gave `clean` (the module's `cleanup` option), stops it and cleans our GPUs (cleanup.py) in this same call;
+  then: creates the env file's directory and `state_dir` (root 0755);
   writes the env file (root 0600, created 0600: the secrets are never readable by anyone else), the server's
   config file (`--config`, the API key: 0600 owned by the service user; removed when empty) and the unit file
   (0644) when they differ, and `current_plan.json` (0644) only when the server is (re)started (it records what
@@ -418,9 +420,12 @@ def verify_unit(name, content, run=_run):
 
 # ------------------------------------------------------------------------------------------------- launch
 
-def launch(opts, check_mode=False, run=_run, owner=(0, 0)):
+def launch(opts, check_mode=False, run=_run, owner=(0, 0), clean=None):
     """Validate (and with state `started` write and start) the unit; returns the module's result.
 
+    clean: with state `started`, a callable(check_mode) -> result that stops the running server and cleans our GPUs
+    (cleanup.py), called when the server is replaced, before anything is written (its result is `cleanup`): one call
+    on the host stops the old server and starts the new one.
     Raises LaunchError with a message for the user and `result` (what was decided and done so far)."""
     o = dict(DEFAULTS)
     o.update({k: v for k, v in opts.items() if v is not None})
@@ -470,7 +475,10 @@ def launch(opts, check_mode=False, run=_run, owner=(0, 0)):
     # A kept server keeps its record: current_plan.json says what the unit was started with.
     differs[plan_path] = differs[plan_path] and result["replace"]
 
-    # ---- started: directories, files
+    # ---- started: the old server stopped and our GPUs clean (in the same call), then directories, files
+    if clean is not None and result["replace"]:
+        result["cleanup"] = clean(check_mode)
+        result["changed"] = bool(result["cleanup"].get("changed"))
     for directory in sorted({os.path.dirname(o["env_file"]), o["state_dir"]}):
         if _dir_differs(directory, owner):
             result["written"].append(directory)
@@ -486,7 +494,7 @@ def launch(opts, check_mode=False, run=_run, owner=(0, 0)):
                     os.unlink(path)
 
     # ---- started: systemd
-    result["changed"] = bool(result["written"])
+    result["changed"] = result["changed"] or bool(result["written"])
 
     def act(argv, action, allowed=None):
         """Run one systemctl action (only note it in check mode); a failure raises unless `allowed` says so."""

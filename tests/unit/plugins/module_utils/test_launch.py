@@ -563,3 +563,23 @@ def test_a_start_validated_in_this_relaunch_is_not_validated_again(host):
     assert not any(c[0] == "systemd-analyze" for c in sd.calls)
     with pytest.raises(LaunchError, match="the service user 'no-such-user-tl' does not exist"):
         call(host, Systemd(host), validated=True, service_user="no-such-user-tl")
+
+
+def test_a_replaced_server_is_stopped_and_cleaned_in_the_same_call_before_anything_is_written(host):
+    """clean (the module's cleanup option): called when the server is replaced, before the files are written and the
+    unit restarted, with the call's check mode; its result is `cleanup`. A kept server is not stopped."""
+    seen = []
+
+    def clean(check_mode):
+        seen.append((check_mode, (host / "etc" / "sglang.env").exists()))
+        return {"changed": True, "summary": "stopped topolaunch-sglang.service"}
+
+    sd = Systemd(host)
+    res = launch(opts(host), run=sd.run, owner=OWNER, clean=clean)
+    assert seen == [(False, False)] and res["cleanup"]["summary"] == "stopped topolaunch-sglang.service"
+    assert res["actions"][-1] == "restart" and res["changed"] is True
+    seen.clear()
+    res = launch(opts(host), run=sd.run, owner=OWNER, clean=clean)          # the same plan runs: kept
+    assert seen == [] and "cleanup" not in res and res["replace"] is False
+    res = launch(opts(host, force=True), check_mode=True, run=sd.run, owner=OWNER, clean=clean)
+    assert seen == [(True, True)] and res["replace"] is True

@@ -57,3 +57,30 @@ def test_module_fails_before_anything_with_a_missing_user(host, launch_module):
     rc, out = launch_module(module_args(host, service_user="no-such-user-tl"), sd)
     assert rc == 1 and out["msg"].startswith("Cannot launch: the service user 'no-such-user-tl' does not exist")
     assert not (host / "etc").exists() and sd.verbs() == []
+
+
+def test_module_stops_and_cleans_in_the_start_call_through_gpu_cleanups_logic(host, launch_module, monkeypatch):
+    """cleanup: gpu_cleanup's options; the unit, state directory and service user are the call's own, the unit is
+    stopped; NVML comes from the tools venv (import_nvml)."""
+    calls = []
+    monkeypatch.setattr(sglang_launch, "import_nvml", lambda: "nvml")
+    monkeypatch.setattr(sglang_launch, "cleanup", lambda options, nvml, check_mode=False: (
+        calls.append((options, nvml, check_mode)) or {"changed": True, "summary": "stopped 2 processes"}))
+    sd = Systemd(host)
+    rc, out = launch_module(module_args(host, cleanup={"gpu_indices": [0, 1], "ports": [30000]}), sd)
+    assert rc == 0 and out["cleanup"]["summary"] == "stopped 2 processes"
+    options, nvml, check_mode = calls[0]
+    assert (nvml, check_mode, options["gpu_indices"], options["ports"], options["stop_unit"]) == (
+        "nvml", False, [0, 1], [30000], True)
+    assert options["unit_name"] == UNIT and options["state_dir"] == str(host / "state")
+    rc, out = launch_module(module_args(host, state="checked", cleanup={"gpu_indices": [0]}), sd)
+    assert rc == 0 and len(calls) == 1 and "cleanup" not in out           # validate never stops anything
+
+
+def test_module_without_nvml_fails_at_cleanup_before_anything(host, launch_module, monkeypatch):
+    def missing():
+        raise sglang_launch.TopologyError("nvidia-ml-py (import name pynvml) is not importable by /usr/bin/python3")
+    monkeypatch.setattr(sglang_launch, "import_nvml", missing)
+    sd = Systemd(host)
+    rc, out = launch_module(module_args(host, cleanup={"gpu_indices": [0]}), sd)
+    assert rc == 1 and out["stage"] == "cleanup" and "pynvml" in out["msg"] and sd.verbs() == []
