@@ -85,6 +85,11 @@ def main():
     explicit = None
     if args.get("base_python"):
         explicit = (args["base_python"], python_version(args["base_python"]))
+    default = (DEFAULT_PYTHON, python_version(DEFAULT_PYTHON))
+    if explicit is None and default[1] is not None and (not supported or default[1] in supported):
+        # The host's python3 has the release's wheels: the choice (decide's first), without asking apt.
+        print(json.dumps(decide(args["sglang_version"], supported, default, {}, [], None), sort_keys=True))
+        return
     installed = {}
     for version in supported:
         for directory in SEARCH_DIRS:
@@ -101,8 +106,7 @@ def main():
             policy = ""
         have = apt_offered(policy)
         offered = [v for v in supported if {"python%s" % v, "python%s-venv" % v} <= have]
-    choice = decide(args["sglang_version"], supported, (DEFAULT_PYTHON, python_version(DEFAULT_PYTHON)), installed,
-                    offered, explicit)
+    choice = decide(args["sglang_version"], supported, default, installed, offered, explicit)
     print(json.dumps(choice, sort_keys=True))
 
 

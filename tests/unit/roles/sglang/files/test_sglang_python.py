@@ -100,3 +100,20 @@ def test_an_installed_older_match_beats_installing_a_newer_one():
     assert (got["python"], got["packages"]) == ("/usr/bin/python3.11", ["python3.11", "python3.11-venv"])
     assert choose("0.5.23", "3.10", installed={"3.11": "/usr/local/bin/python3.11"},
                   offered=["3.12"])["python"] == "/usr/local/bin/python3.11"
+
+
+def test_a_host_python3_with_wheels_is_taken_without_asking_apt(monkeypatch, capsys):
+    """The common case costs no apt-cache run (seconds on a host): the host's python3 has the release's wheels."""
+    ran = []
+    monkeypatch.setattr(sglang_python, "python_version", lambda path: "3.11" if path == PY3 else None)
+    monkeypatch.setattr(sglang_python.subprocess, "run", lambda argv, **kw: ran.append(argv))
+    monkeypatch.setattr(sys, "argv", ["sglang_python.py", json.dumps({"sglang_version": "0.5.23",
+                                                                      "supported": TABLE["0.5.23"]})])
+    sglang_python.main()
+    assert json.loads(capsys.readouterr().out)["python"] == PY3 and ran == []
+    monkeypatch.setattr(sglang_python, "python_version", lambda path: "3.10" if path == PY3 else None)
+    monkeypatch.setattr(sglang_python.subprocess, "run", lambda argv, **kw: ran.append(argv) or
+                        subprocess.CompletedProcess(argv, 0, b"", b""))
+    sglang_python.main()
+    assert ran and ran[0][:2] == ["apt-cache", "policy"]            # python3 3.10: apt is asked for 3.11-3.13
+    assert "error" in json.loads(capsys.readouterr().out)
