@@ -102,7 +102,10 @@ lab-tests-full: setup repo ## the lab tests, those marked full too (longer scena
 	$(BIN)/python tests/lab/lanes.py --all
 
 perf: setup fakenvml ## topolaunch's own performance figures (perf/*.py), the README's table regenerated from them
-	@for f in perf/*.py; do echo "== $$f"; $(BIN)/python $$f; done
+	@rc=0; for f in perf/[!_]*.py; do echo "== $$f"; TOPOLAUNCH_PERF_KEEP=1 $(BIN)/python $$f || rc=1; done; \
+	  for lab in bench-provision bench-sweep h12-tune; do \
+	    if [ -d .lab/inventories/$$lab ]; then $(BIN)/python lab/lab.py -i .lab/inventories/$$lab down >/dev/null; fi; done; \
+	  $(BIN)/python tools/perf_table.py; exit $$rc
 
 bench: perf ## the old name of perf (bench is the stage that benchmarks the server)
 

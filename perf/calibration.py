@@ -12,6 +12,7 @@ Exits 1 when a goal is missed. tools/calibration.py --fit --write refits the con
 import datetime
 import sys
 
+import _common
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils import calibration
 
 
@@ -23,6 +24,11 @@ def main():
     ok = (report["winner"] >= 0.85 and report["pairs"] >= 0.90
           and report["winner"] - report["loo_winner"] <= 0.10 and report["pairs"] - report["loo_pairs"] <= 0.10)
     print("goals (winner >= 85%%, pairs >= 90%%, leave-one-out within 10 points): %s" % ("met" if ok else "NOT MET"))
+    _common.record("calibration", [_common.row(
+        "the planner's ranking of %d published layout comparisons (tests/calibration)" % len(cases),
+        "winner %.0f%%, pairs %.0f%%, median log error %.3f; leave-one-out %.0f%% / %.0f%%" % (
+            100 * report["winner"], 100 * report["pairs"], report["median_error"], 100 * report["loo_winner"],
+            100 * report["loo_pairs"]), "winner >= 85%, pairs >= 90%, leave-one-out within 10 points", ok)])
     return 0 if ok else 1
 
 

@@ -21,6 +21,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
+import _common
 from ansible_collections.topolaunch.sglang.plugins.module_utils import planner, topology
 
 TARGETS_S = {"8 GPUs": 0.050, "8 nodes x 8 GPUs": 1.0}
@@ -67,16 +68,21 @@ def main():
         "8 GPUs": {"topology": facts},
         "8 nodes x 8 GPUs": {"node_topologies": [facts] * 8, "nnodes": 8, "dist_init_addr": "10.0.0.1:50000"},
     }
-    failed = False
+    failed, figures = False, []
     for name, kwargs in cases.items():
         times, result = timed(args.runs, planner.PlanRequest(model_path=model_path, layout="auto", **kwargs))
         valid = sum(1 for c in result["candidates"] if c["valid"])
         slowest, target = max(times), TARGETS_S[name]
         ok = slowest < target
         failed |= not ok
+        figures.append((name, statistics.median(times), slowest, target, ok))
         print("%-17s %3d candidates (%d valid), chose %-8s median %7.1f ms, slowest %7.1f ms, target < %.0f ms: %s"
               % (name, len(result["candidates"]), valid, result["layout"]["name"], statistics.median(times) * 1e3,
                  slowest * 1e3, target * 1e3, "ok" if ok else "MISSED"))
+    _common.record("plan_speed", [_common.row(
+        "planning all candidates, %s" % " / ".join(f[0] for f in figures),
+        " / ".join("%.0f ms median (slowest %.0f ms)" % (f[1] * 1e3, f[2] * 1e3) for f in figures),
+        " / ".join("< %.0f ms" % (f[3] * 1e3) for f in figures), not failed)])
     return 1 if failed else 0
 
 

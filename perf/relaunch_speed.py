@@ -31,11 +31,13 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "lab"))
 
+import _common  # noqa: E402  pylint: disable=wrong-import-position
 import sweeplab  # noqa: E402  pylint: disable=wrong-import-position
 
 UNIT = "topolaunch-sglang.service"
 RATIO_GOAL = 1.5
 OVERHEAD_GOAL_S = 15.0
+OWN_COST_GOAL_S = 5.0     # issue 21: topolaunch's own cost per relaunch
 INSTANT = {"launch_extra_env": {"SGLANG_SIM_LOAD_SECONDS": "0", "SGLANG_SIM_CAPTURE_SECONDS": "0"}}
 SSH = ("ssh -F /dev/null -i {key} -p {port} -o BatchMode=yes -o StrictHostKeyChecking=no "
        "-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o ControlMaster=auto -o ControlPersist=60s "
@@ -128,6 +130,7 @@ def series(relaunch, runs, settled):
 
 
 def report(name, ans, sh):
+    """Print a series' figures; returns {wall, shell, ratio, overhead, own, shell_own} (medians)."""
     med = statistics.median
     wall, shell = med(r[0] for r in ans), med(r[0] for r in sh)
     ratio, overhead = wall / shell, wall - med(r[1] for r in ans)
@@ -142,8 +145,11 @@ def report(name, ans, sh):
     print("  server's own start        %5.1f s / %.1f s" % (med(r[1] for r in ans), med(r[1] for r in sh)))
     print("  relaunch overhead         %5.1f s   goal < %.0f s: %s" % (overhead, OVERHEAD_GOAL_S,
                                                                      "met" if overhead < OVERHEAD_GOAL_S else "NOT met"))
-    print("  own cost                  %5.1f s / %.1f s   (ansible / shell: wall - the server's start and stop)" % (
-        med(r[0] - r[1] - r[2] for r in ans), med(r[0] - r[1] - r[2] for r in sh)))
+    own, shell_own = med(r[0] - r[1] - r[2] for r in ans), med(r[0] - r[1] - r[2] for r in sh)
+    print("  own cost                  %5.1f s / %.1f s   (ansible / shell: wall - the server's start and stop)"
+          "   goal < %.0f s: %s" % (own, shell_own, OWN_COST_GOAL_S, "met" if own < OWN_COST_GOAL_S else "NOT met"))
+    return {"wall": round(wall, 2), "shell": round(shell, 2), "ratio": round(ratio, 2), "overhead": round(overhead, 2),
+            "own": round(own, 2), "shell_own": round(shell_own, 2)}
 
 
 def main():
@@ -154,18 +160,38 @@ def main():
     args = parser.parse_args()
     try:
         sweeplab.up_and_provisioned()
+        _common.count_tasks(_common.OUT / "relaunch_speed.tasks.json")
         ansible_relaunch(args.layout)               # warm-up: unit and env with the instant-loading knobs in place
+        _common.count_tasks(None)
+        counted = _common.costs(_common.OUT / "relaunch_speed.tasks.json")
         ans = lambda: ansible_relaunch(args.layout)  # noqa: E731
         sh = lambda: shell_relaunch(sweeplab.SERVER_PORT)  # noqa: E731
         back = (series(ans, args.runs, False), series(sh, args.runs, False))
         settled = (series(ans, args.runs, True), series(sh, args.runs, True))
     finally:
-        if not args.keep:
+        if not _common.keep(args.keep):
             sweeplab.lab("down")
     print("relaunch of %s on the lab (simulator loads instantly), medians of %d runs" % (args.layout, args.runs))
-    report("back to back:", *back)
-    report("settled (server up %.1f-%.1f s before each relaunch):" % (uptime_target(0, args.runs),
-                                                                       uptime_target(args.runs - 1, args.runs)), *settled)
+    b = report("back to back:", *back)
+    s = report("settled (server up %.1f-%.1f s before each relaunch):" % (uptime_target(0, args.runs),
+                                                                           uptime_target(args.runs - 1, args.runs)), *settled)
+    print("one relaunch: %d tasks (%d skipped), %d remote calls (%.1f s of them), other tasks %.1f s" % (
+        counted["tasks"], counted["skipped"], counted["remote_calls"], counted["remote_s"], counted["local_s"]))
+    own = max(b["own"], s["own"])
+    _common.record("relaunch_speed", [
+        _common.row("topolaunch's own cost per `--tags relaunch` (wall - the server's own start and the old server's "
+                    "own stop), against a shell stop/reset-failed/start/poll over ssh in the same run",
+                    "%.1f s back to back, %.1f s settled (the shell's %.1f s / %.1f s); %d remote calls, %d tasks" % (
+                        b["own"], s["own"], b["shell_own"], s["shell_own"], counted["remote_calls"],
+                        counted["tasks"]), "< %.0f s" % OWN_COST_GOAL_S, own < OWN_COST_GOAL_S),
+        _common.row("`--tags relaunch` wall against the shell's, back to back / settled (medians of %d)" % args.runs,
+                    "%.1f s vs %.1f s (ratio %.2f) / %.1f s vs %.1f s (ratio %.2f)" % (
+                        b["wall"], b["shell"], b["ratio"], s["wall"], s["shell"], s["ratio"]),
+                    "ratio <= %.1f" % RATIO_GOAL, max(b["ratio"], s["ratio"]) <= RATIO_GOAL),
+        _common.row("relaunch overhead beyond the server's own start", "%.1f s back to back, %.1f s settled" % (
+            b["overhead"], s["overhead"]), "< %.0f s" % OVERHEAD_GOAL_S,
+            max(b["overhead"], s["overhead"]) < OVERHEAD_GOAL_S)],
+        back_to_back=b, settled=s, playbook=counted)
     return 0
 
 

@@ -24,6 +24,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "lab"))
 
+import _common  # noqa: E402  pylint: disable=wrong-import-position
 import sweeplab  # noqa: E402  pylint: disable=wrong-import-position
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils import results  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -70,8 +71,8 @@ def layout_costs(outcome, runs, stops):
 
 def print_costs(outcomes, runs, stops):
     """Print a table row per layout (its costs, layout_costs) or why it was not measured; returns (the worst
-    overhead, the layouts' seconds together). outcomes: the sweep's summary or a tune record's layouts."""
-    worst, total = 0.0, 0.0
+    overhead, the layouts' seconds together, each measured layout's figures). outcomes: the sweep's summary or a tune record's layouts."""
+    worst, total, per_layout = 0.0, 0.0, []
     print("%-9s %6s | %5s %8s %5s | %5s %5s %6s | %8s" % (
         "layout", "wall", "plan", "relaunch", "bench", "load", "stop", "client", "overhead"))
     for outcome in outcomes:
@@ -82,9 +83,13 @@ def print_costs(outcomes, runs, stops):
         stage_s, load, stop, client, overhead = layout_costs(outcome, runs, stops)
         worst = max(worst, overhead)
         total += outcome["seconds"]
+        per_layout.append({"layout": outcome["layout"], "wall": round(outcome["seconds"], 1),
+                           "plan": round(stage_s[0], 1), "relaunch": round(stage_s[1], 1),
+                           "bench": round(stage_s[2], 1), "load": round(load, 1), "stop": round(stop, 1),
+                           "client": round(client, 1), "overhead": round(overhead, 1)})
         print("%-9s %6.1f | %5.1f %8.1f %5.1f | %5.1f %5.1f %6.1f | %6.1f s" % (
             outcome["layout"], outcome["seconds"], *stage_s, load, stop, client, overhead))
-    return worst, total
+    return worst, total, per_layout
 
 
 def main():
@@ -101,6 +106,11 @@ def main():
         "ansible start, topology, first plan, report, winner relaunch", GOAL_S, args.keep)
 
 
+WHAT = {"sweep_overhead": "sweep point beyond the server's own load, the old server's stop and the benchmark client",
+        "tune_overhead": "`layout: tune` per candidate beyond the server's own load, the old server's stop and the "
+                         "benchmark client"}
+
+
 def measure_costs(lab, name, playbook, extra, outcomes_of, fixed, goal, keep):
     """Boot and provision the lab (a PrivateLab), run the playbook with extra(tmp dir) (results under tmp/results),
     print the cost table of outcomes_of(tmp dir) and the fixed part; 0 when the worst overhead is under goal."""
@@ -108,21 +118,29 @@ def measure_costs(lab, name, playbook, extra, outcomes_of, fixed, goal, keep):
         lab.up_and_provisioned()
         with tempfile.TemporaryDirectory() as tmp:
             out = pathlib.Path(tmp)
+            _common.count_tasks(out / "tasks.json")
             start = time.monotonic()
             run = lab.playbook(playbook, extra=extra(out))
+            _common.count_tasks(None)
             total = time.monotonic() - start
             if run.returncode != 0:
                 print(run.stdout[-6000:])
                 print("%s: the playbook failed (rc %d)" % (name, run.returncode))
                 return 2
             runs = {r["run_id"] + r["layout"]: r for r in results.load_runs(str(out / "results"))}
-            worst, layouts_s = print_costs(outcomes_of(out), runs, unit_stops(lab.ssh))
+            worst, layouts_s, per_layout = print_costs(outcomes_of(out), runs, unit_stops(lab.ssh))
             print("total %.1f s, of which fixed (%s) %.1f s" % (total, fixed, total - layouts_s))
             print("%s: worst per-layout overhead %.1f s (goal < %.0f s): %s" % (
                 name, worst, goal, "OK" if worst < goal else "OVER GOAL"))
+            timed = _common.costs(out / "tasks.json")
+            print("%s: %d tasks, %d remote calls (%.1f s), other tasks %.1f s" % (
+                name, timed["tasks"], timed["remote_calls"], timed["remote_s"], timed["local_s"]))
+            _common.record(name, [_common.row(WHAT[name], "%.1f s worst per layout (%s)" % (worst, ", ".join(
+                "%s %.1f s" % (o["layout"], o["overhead"]) for o in per_layout)), "< %.0f s" % goal, worst < goal)],
+                per_layout=per_layout, total_s=round(total, 1), playbook=timed)
             return 0 if worst < goal else 1
     finally:
-        if not keep:
+        if not _common.keep(keep):
             lab.lab("down")
 
 

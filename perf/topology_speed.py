@@ -18,6 +18,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
+import _common
 from ansible_collections.topolaunch.sglang.plugins.module_utils import topology
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils.topology_replay import Recorder
 
@@ -35,7 +36,7 @@ def main():
         parser.exit(2, "topology_speed: %s is missing: run `make fakenvml` first\n" % args.lib)
     ctypes.CDLL(args.lib, mode=ctypes.RTLD_GLOBAL)   # pynvml's CDLL("libnvidia-ml.so.1") then finds the fake
     import pynvml  # pylint: disable=import-outside-toplevel
-    worst = 0.0
+    worst, medians = 0.0, []
     with tempfile.TemporaryDirectory() as state:
         os.environ["FAKE_NVML_STATE_DIR"] = state
         for name in args.spec or DEFAULT_SPECS:
@@ -52,9 +53,14 @@ def main():
                 topology.read_topology(pynvml, "/nonexistent")
                 times.append(time.perf_counter() - start)
             worst = max(worst, max(times))
+            medians.append(statistics.median(times))
             print("%-34s %d GPUs, %4d NVML calls: median %.4f s, slowest %.4f s over %d runs (target < %.1f s)" % (
                 name, facts["gpu_count"], calls, statistics.median(times), max(times), args.runs, TARGET_S))
     print("topology_speed: slowest full query %.4f s: %s" % (worst, "OK" if worst < TARGET_S else "OVER TARGET"))
+    _common.record("topology_speed", [_common.row(
+        "full NVML topology query, 8 GPUs (all pairs, all P2P indices, all links), fake NVML, in-process",
+        "%.4f-%.4f s median, slowest %.4f s" % (min(medians), max(medians), worst), "< %.1f s" % TARGET_S,
+        worst < TARGET_S)])
     return 0 if worst < TARGET_S else 1
 
 
