@@ -9,7 +9,9 @@ import datetime
 import json
 import os
 import pathlib
+import re
 import statistics
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "build" / "perf"
@@ -18,6 +20,7 @@ CALLBACK = ROOT / "perf" / "callback_plugins"
 
 def count_tasks(path=None):
     """Point the task_times callback at `path` (set before a playbook starts; sweeplab passes os.environ on)."""
+    OUT.mkdir(parents=True, exist_ok=True)
     os.environ["ANSIBLE_CALLBACK_PLUGINS"] = str(CALLBACK)
     os.environ["ANSIBLE_CALLBACKS_ENABLED"] = "task_times"
     if path is None:
@@ -64,3 +67,35 @@ def keep(flag):
     """Whether to leave the lab host running: --keep, or TOPOLAUNCH_PERF_KEEP=1 (make perf: its scripts share hosts,
     which it takes down at the end)."""
     return flag or os.environ.get("TOPOLAUNCH_PERF_KEEP") == "1"
+
+
+RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
+
+
+def recap(output):
+    """{host: (ok, changed, unreachable, failed)} from a PLAY RECAP."""
+    return {m.group(1): tuple(int(x) for x in m.groups()[1:]) for m in RECAP.finditer(output)}
+
+
+def no_change_runs(lab, name, runs, *args):
+    """`runs` runs of lab.playbook(*args) that must change nothing, each timed and counted; prints a line each.
+    Returns (walls, costs, how many changed something or failed)."""
+    times, counted, bad_runs = [], [], 0
+    for i in range(runs):
+        count_tasks(OUT / ("%s.tasks.json" % name))
+        start = time.monotonic()
+        run = lab.playbook(*args)
+        times.append(time.monotonic() - start)
+        count_tasks(None)
+        counted.append(costs(OUT / ("%s.tasks.json" % name)))
+        hosts = recap(run.stdout)
+        bad = run.returncode != 0 or not hosts or any(c or u or f for _ok, c, u, f in hosts.values())
+        bad_runs += bad
+        print("run %d: %5.1f s  %s; %d tasks (%d skipped), %d remote calls %.1f s%s" % (
+            i + 1, times[-1], ", ".join("%s ok=%d changed=%d unreachable=%d failed=%d" % ((h,) + v)
+                                        for h, v in sorted(hosts.items())),
+            counted[-1]["tasks"], counted[-1]["skipped"], counted[-1]["remote_calls"], counted[-1]["remote_s"],
+            "  NOT A NO-CHANGE RUN" if bad else ""))
+        if bad:
+            print(run.stdout[-4000:])
+    return times, counted, bad_runs

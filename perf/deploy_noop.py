@@ -14,14 +14,12 @@ import argparse
 import pathlib
 import statistics
 import sys
-import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "lab"))
 
 import _common  # noqa: E402  pylint: disable=wrong-import-position
 import sweeplab  # noqa: E402  pylint: disable=wrong-import-position
-from provision_noop import recap  # noqa: E402  pylint: disable=wrong-import-position
 
 TARGET_S = 40.0
 
@@ -39,24 +37,7 @@ def main():
             print(first.stdout[-6000:])
             print("deploy_noop: the converging deploy.yml failed (rc %d)" % first.returncode)
             return 2
-        times, counted, changed_runs = [], [], 0
-        for i in range(args.runs):
-            _common.count_tasks(_common.OUT / "deploy_noop.tasks.json")
-            start = time.monotonic()
-            run = sweeplab.playbook("deploy.yml")
-            times.append(time.monotonic() - start)
-            _common.count_tasks(None)
-            counted.append(_common.costs(_common.OUT / "deploy_noop.tasks.json"))
-            hosts = recap(run.stdout)
-            bad = run.returncode != 0 or not hosts or any(c or u or f for _ok, c, u, f in hosts.values())
-            changed_runs += bad
-            print("run %d: %5.1f s  %s; %d tasks (%d skipped), %d remote calls %.1f s%s" % (
-                i + 1, times[-1], ", ".join("%s ok=%d changed=%d unreachable=%d failed=%d" % ((h,) + v)
-                                            for h, v in sorted(hosts.items())),
-                counted[-1]["tasks"], counted[-1]["skipped"], counted[-1]["remote_calls"], counted[-1]["remote_s"],
-                "  NOT A NO-CHANGE RUN" if bad else ""))
-            if bad:
-                print(run.stdout[-4000:])
+        times, counted, changed_runs = _common.no_change_runs(sweeplab, "deploy_noop", args.runs, "deploy.yml")
         median = statistics.median(times)
         failed = changed_runs > 0 or median >= TARGET_S
         each = _common.median_costs(counted)

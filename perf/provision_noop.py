@@ -13,7 +13,6 @@ the provisioned host (its root filesystem cached), timed. Takes the lab down unl
 """
 import argparse
 import pathlib
-import re
 import statistics
 import sys
 import time
@@ -31,14 +30,6 @@ sweeplab.INVENTORY = ROOT / ".lab" / "inventories" / sweeplab.NAME
 
 TARGET_S = 20.0
 LAB_UP_TARGET_S = 60.0
-RECAP = re.compile(r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M)
-
-
-def recap(output):
-    """{host: (ok, changed, unreachable, failed)} from a PLAY RECAP."""
-    return {m.group(1): tuple(int(x) for x in m.groups()[1:]) for m in RECAP.finditer(output)}
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3)
@@ -50,25 +41,9 @@ def main():
         start = time.monotonic()
         sweeplab.lab("up")                                  # the host is up: what a second `make lab-up` costs
         lab_up = time.monotonic() - start
-        times, counted, bad_runs = [], [], 0
-        for i in range(args.runs):
-            _common.count_tasks(_common.OUT / "provision_noop.tasks.json")
-            start = time.monotonic()
-            run = sweeplab.playbook("deploy.yml", "--tags", "provision")
-            times.append(time.monotonic() - start)
-            _common.count_tasks(None)
-            counted.append(_common.costs(_common.OUT / "provision_noop.tasks.json"))
-            hosts = recap(run.stdout)
-            bad = run.returncode != 0 or not hosts or any(c or u or f for _ok, c, u, f in hosts.values())
-            failed |= bad
-            bad_runs += bad
-            print("run %d: %5.1f s  %s; %d tasks (%d skipped), %d remote calls %.1f s%s" % (
-                i + 1, times[-1], ", ".join("%s ok=%d changed=%d unreachable=%d failed=%d" % ((h,) + v)
-                                            for h, v in sorted(hosts.items())),
-                counted[-1]["tasks"], counted[-1]["skipped"], counted[-1]["remote_calls"], counted[-1]["remote_s"],
-                "  NOT A NO-CHANGE RUN" if bad else ""))
-            if bad:
-                print(run.stdout[-4000:])
+        times, counted, bad_runs = _common.no_change_runs(sweeplab, "provision_noop", args.runs, "deploy.yml",
+                                                          "--tags", "provision")
+        failed = bad_runs > 0
         median = statistics.median(times)
         failed |= median >= TARGET_S
         each = _common.median_costs(counted)
