@@ -165,6 +165,11 @@ replace:
   description: Whether the server is (or must be) replaced.
   returned: success
   type: bool
+enabled_as_wanted:
+  description: Whether the unit's start at boot is already as O(enabled) asks (true when O(enabled) is null) - with
+    C(replace) false, the launch has nothing to do.
+  returned: success
+  type: bool
 reasons:
   description: Why it is replaced (empty when the same plan already runs).
   returned: success

@@ -469,6 +469,8 @@ def launch(opts, check_mode=False, run=_run, owner=(0, 0), clean=None):
         "unit_state": {k: props.get(k, "") for k in ("LoadState", "ActiveState", "SubState", "UnitFileState")},
         "unit_path": unit_path, "plan_path": plan_path, "written": [], "actions": [], "plan": o["plan"],
         "stage": "validate" if o["state"] == "checked" else "launch",
+        # the unit's boot start already as asked (enabled): a kept server then needs no launch call at all
+        "enabled_as_wanted": o["enabled"] is None or o["enabled"] == (props.get("UnitFileState") == "enabled"),
     }
     if o["state"] == "checked":
         return result

@@ -583,3 +583,12 @@ def test_a_replaced_server_is_stopped_and_cleaned_in_the_same_call_before_anythi
     assert seen == [] and "cleanup" not in res and res["replace"] is False
     res = launch(opts(host, force=True), check_mode=True, run=sd.run, owner=OWNER, clean=clean)
     assert seen == [(True, True)] and res["replace"] is True
+
+
+def test_validate_says_when_a_kept_server_needs_no_launch_call(host):
+    """enabled_as_wanted: the unit's boot start is as asked; with replace false, the launch has nothing to do."""
+    sd = started_host(host)                                   # running tp8, enabled
+    res = call(host, sd, state="checked", enabled=True)
+    assert (res["replace"], res["enabled_as_wanted"]) == (False, True)
+    assert call(host, sd, state="checked", enabled=False)["enabled_as_wanted"] is False
+    assert call(host, sd, state="checked", enabled=None)["enabled_as_wanted"] is True
