@@ -5,6 +5,8 @@ may roll back.
     no_rollback: "{{ failed | topolaunch.sglang.rollback_refusal(relaunch_rollback, relaunch_rolling_back) }}"
 """
 
+from ansible.module_utils.parsing.convert_bool import boolean
+
 STEPS = ("validate", "cleanup", "launch", "health")
 
 
@@ -21,9 +23,10 @@ def rollback_refusal(failed, rollback=True, rolling_back=False):
     failure (its plan and last good plan). A rollback that failed again is not rolled back again (the caller says
     so); rollback off; no last good plan; the last good plan is the one that failed."""
     failed = failed or {}
-    if rolling_back:
+    # -e health_rollback=false comes as the string "false": Ansible's booleans, as the | bool filter reads them
+    if boolean(rolling_back, strict=False):
         return ""
-    if not rollback:
+    if not boolean(rollback, strict=False):
         return "rollback is off (health_rollback=false)"
     if not failed.get("last_good_plan"):
         return "there is no last known good plan"

@@ -29,6 +29,11 @@ def test_steps_follow_the_tags(run_tags, skip_tags, steps):
     ({"last_good_plan": {"layout": {}}, "last_good_differs": False}, True, False,
      "the last known good plan is the one that failed"),
     ({}, False, True, ""),                                   # the rollback itself failed: the caller says so
+    # -e health_rollback=false and the like come as strings: Ansible's booleans
+    ({"last_good_plan": {"layout": {}}, "last_good_differs": True}, "false", "False", "rollback is off (health_rollback=false)"),
+    ({"last_good_plan": {"layout": {}}, "last_good_differs": True}, "no", False, "rollback is off (health_rollback=false)"),
+    ({"last_good_plan": {"layout": {}}, "last_good_differs": True}, "true", "0", ""),
+    ({}, True, "true", ""),
 ])
 def test_why_no_rollback(failed, rollback, rolling_back, why):
     assert rollback_refusal(failed, rollback, rolling_back) == why
