@@ -18,8 +18,9 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils.artifacts import save_json
-from ansible_collections.topolaunch.sglang.plugins.plugin_utils.results import (ResultsError, fit_path, latest_failures,
-                                                                              load_fits, load_runs, measured_records)
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils.results import (ResultsError, fit_path,
+                                                                                latest_failures, load_fits, load_runs,
+                                                                                measured_records)
 
 
 def from_results(results_dir):

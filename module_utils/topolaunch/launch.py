@@ -233,10 +233,10 @@ def _running_plan(path):
         return {}
     except (OSError, ValueError) as exc:
         raise LaunchError("Cannot read the plan the unit runs now, %s: %s. Remove that file (the next run then "
-                           "replaces the server); %s." % (path, exc, NOTHING_STOPPED))
+                          "replaces the server); %s." % (path, exc, NOTHING_STOPPED))
     if not isinstance(plan, dict):
         raise LaunchError("The plan the unit runs now, %s, is not a JSON object. Remove that file (the next run "
-                           "then replaces the server); %s." % (path, NOTHING_STOPPED))
+                          "then replaces the server); %s." % (path, NOTHING_STOPPED))
     return plan
 
 
@@ -319,11 +319,11 @@ def installed_record(path):
         return None
     except (OSError, ValueError) as exc:
         raise LaunchError("Cannot read the installed SGLang version, %s: %s. Run the provision stage (--tags "
-                           "provision), which writes it again; %s." % (path, exc, NOTHING_STOPPED)) from None
+                          "provision), which writes it again; %s." % (path, exc, NOTHING_STOPPED)) from None
     version = record.get("sglang_version") if isinstance(record, dict) else None
     if not isinstance(version, str) or not version.strip():
         raise LaunchError("The installed SGLang version record %s has no sglang_version. Run the provision stage "
-                           "(--tags provision), which writes it again; %s." % (path, NOTHING_STOPPED))
+                          "(--tags provision), which writes it again; %s." % (path, NOTHING_STOPPED))
     return dict(record, sglang_version=base_version(version))
 
 
@@ -374,7 +374,7 @@ def validate(o, run=_run):
     refused = verify_unit(o["unit_name"], o["unit_content"], run)
     if refused:
         raise LaunchError("Cannot launch: systemd-analyze verify refuses the rendered unit: %s. Fix the setting it "
-                           "names; %s." % ("; ".join(refused), NOTHING_STOPPED))
+                          "names; %s." % ("; ".join(refused), NOTHING_STOPPED))
 
 
 def _file_problems(o):
@@ -433,8 +433,8 @@ def launch(opts, check_mode=False, run=_run, owner=(0, 0), clean=None):
         raise LaunchError("state %r: must be checked or started" % o["state"])
     if not isinstance(o["plan"], dict) or not o["plan"]:
         raise LaunchError("No plan to launch: the plan stage did not run in this play and saved no plan on the "
-                           "controller. Run it first (deploy.yml --tags relaunch runs plan, validate, cleanup, launch "
-                           "and health); %s." % NOTHING_STOPPED)
+                          "controller. Run it first (deploy.yml --tags relaunch runs plan, validate, cleanup, launch "
+                          "and health); %s." % NOTHING_STOPPED)
     if not o["python"]:
         o["python"] = sglang_python(o["plan"].get("sglang_version", ""), o["venv_root"])
     name = o["unit_name"]
