@@ -41,6 +41,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -158,7 +159,7 @@ def ensure_layers(versions):
         missing = {v: p for v, p in wanted.items() if not p.is_dir()}
         if missing:
             _build(missing)
-        _prune(keep=set(wanted.values()))
+        _prune()
     return wanted
 
 
@@ -196,12 +197,13 @@ def _build(missing):
                                                     ", ".join(p.name for p in missing.values())))
 
 
-def _prune(keep):
-    """Remove the layers not in keep that no mounted host uses (their inputs changed)."""
+def _prune():
+    """Remove the layers of other inputs (older ones) that no mounted host uses, and what a failed save left."""
     with open("/proc/self/mountinfo", encoding="utf-8") as f:
         mounts = f.read()
     for old in LAYERS.glob("sglang-*"):
-        if old not in keep and str(old) not in mounts:
+        m = re.match(r"sglang-(.+)-[0-9a-f]{12}$", old.name)
+        if (m is None or layer_path(m.group(1)) != old) and str(old) not in mounts:
             shutil.rmtree(old, ignore_errors=True)
 
 
