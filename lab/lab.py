@@ -1119,7 +1119,10 @@ def cmd_down(lab, args):
 def cmd_down_all(_lab, args):
     """Take down every lab of this checkout (each state dir under .lab/): the CI safety net."""
     need_root()
-    names = sorted(d for d in os.listdir(STATE_ROOT) if d != "ssh" and os.path.isdir(os.path.join(STATE_ROOT, d))) \
+    # A lab's state dir has its hosts' dirs or its repository server's record (.lab/ also holds ssh/, inventories/,
+    # layers/: no lab).
+    names = sorted(d for d in os.listdir(STATE_ROOT) if any(
+        os.path.exists(os.path.join(STATE_ROOT, d, f)) for f in ("hosts", "http.json"))) \
         if os.path.isdir(STATE_ROOT) else []
     errors = []
     for name in names:
@@ -1144,7 +1147,8 @@ def cmd_status(lab, _args):
         port = h.port if h else st.get("port")
         spec = h.spec_name if h else f"{st.get('spec')} (not in inventory)"
         state = "running" if rt.running() else "stopped"
-        print(f"  {name:12} {rt.machine:28} {state:8} {port!s:6} {spec}")
+        layer = f" (layer {os.path.basename(st['layer'])})" if st.get("layer") else ""
+        print(f"  {name:12} {rt.machine:28} {state:8} {port!s:6} {spec}{layer}")
 
 
 def cmd_ssh_config(lab, _args):

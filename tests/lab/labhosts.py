@@ -30,7 +30,7 @@ inventory, `provisioned(version)` gives the host variable ({"lab_layer": path}) 
 
 A layer's name carries a hash of everything provisioning depends on (INPUTS: roles, playbooks, modules and
 plugins, the lab inventory's settings, lab/ with the simulator and the repository builder, build/repo's packages,
-this file, the rootfs it was saved over): any change there builds it again, once; older layers no host runs on
+the rootfs it was saved over) and of how it is built (RECIPE): any change there builds it again, once; older layers no host runs on
 are removed. Building is locked (.lab/layers/.lock): lab tests started together wait for one build. `tests/lab/
 lanes.py` builds the layers before it starts its lanes.
 """
@@ -59,11 +59,14 @@ LAB_GROUP_VARS = ROOT / "inventory" / "lab" / "group_vars" / "all"
 OWN = {"connection.yml", "lab.yml"}   # what each private inventory writes for itself
 # What a provisioned host depends on: any change here builds the layers again.
 INPUTS = ["deploy.yml", "ansible.cfg", "playbooks", "collections/ansible_collections/topolaunch/sglang",
-          "inventory/lab/group_vars/all", "lab", "build/repo", "tests/lab/labhosts.py"]
+          "inventory/lab/group_vars/all", "lab", "build/repo"]
 SKIP = {"__pycache__", "output", ".pytest_cache"}   # collection's tests/output: ansible-test's
 # The hosts that build the layers: their own ports (lab.py save-layer moves a layer to each lab's repository port).
 BUILD_NAME, BUILD_SSH_PORT, BUILD_REPO_PORT = "layer-build", 2295, 18119
 BUILD_TIMEOUT = 1800
+# How a layer is built, part of its name with INPUTS (bump the revision when _build changes otherwise).
+RECIPE = {"revision": 1, "user": "ops", "spec": FIELD_SPEC, "playbook": "deploy.yml", "tags": "provision",
+          "settings": "inventory/lab/group_vars/all"}
 
 
 def _load_lab_module():
@@ -104,7 +107,7 @@ def inputs_hash():
 
 def layer_path(version):
     """Where the layer of SGLang `version` for the current inputs lives (built or not)."""
-    recipe = json.dumps({"inputs": inputs_hash(), "topolaunch_sglang_version": version}, sort_keys=True)
+    recipe = json.dumps(dict(RECIPE, inputs=inputs_hash(), topolaunch_sglang_version=version), sort_keys=True)
     return LAYERS / ("sglang-%s-%s" % (version, hashlib.sha256(recipe.encode()).hexdigest()[:12]))
 
 
@@ -166,11 +169,11 @@ def ensure_layers(versions):
 def _build(missing):
     """Boot one bare host per release, `deploy.yml --tags provision` on them as `ops`, save each disk as a layer."""
     inventory = ROOT / ".lab" / "inventories" / BUILD_NAME
-    write_group_vars(inventory, BUILD_REPO_PORT, user="ops")
+    write_group_vars(inventory, BUILD_REPO_PORT, user=RECIPE["user"])
     hosts = {}
     for i, version in enumerate(missing):
         hosts["sglang-" + version.replace(".", "-")] = {
-            "ansible_port": BUILD_SSH_PORT + i, "lab_gpu_spec": FIELD_SPEC, "topolaunch_sglang_version": version}
+            "ansible_port": BUILD_SSH_PORT + i, "lab_gpu_spec": RECIPE["spec"], "topolaunch_sglang_version": version}
     (inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_hosts": {"children": {
         "sglang_servers": {"hosts": hosts}}}}}}))
     started = time.monotonic()
@@ -180,8 +183,8 @@ def _build(missing):
     try:
         _lab_py(inventory, "up")
         with open(LAYERS / "build.log", "w", encoding="utf-8") as out:
-            proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(ROOT / "deploy.yml"),
-                                   "--tags", "provision"], cwd=ROOT, env=_playbook_env(), stdout=out,
+            proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(inventory), str(ROOT / RECIPE["playbook"]),
+                                   "--tags", RECIPE["tags"]], cwd=ROOT, env=_playbook_env(), stdout=out,
                                   stderr=subprocess.STDOUT, check=False, timeout=BUILD_TIMEOUT)
         if proc.returncode != 0:
             tail = (LAYERS / "build.log").read_text(errors="replace")[-6000:]
@@ -331,9 +334,9 @@ class Lab:
 
 def layered_copy(inventory, name):
     """A copy of a checked-in lab inventory (.lab/inventories/<name>/) whose hosts boot from the provisioned layers:
-    its group_vars files linked, hosts.yml with lab_layer added to every host (by its topolaunch_sglang_version).
-    Relative paths in its settings keep working: the copy is two levels under the repository, as inventory/<x> is.
-    Returns the copy's directory."""
+    its group_vars and host_vars files linked, hosts.yml with lab_layer added to every host (by its own
+    topolaunch_sglang_version), and group_vars/all/zz-layered-copy.yml with the lab's ssh key (inventory/lab's
+    connection.yml finds it relative to the inventory directory). Returns the copy's directory."""
     copy = ROOT / ".lab" / "inventories" / name
     if copy.exists():
         shutil.rmtree(copy)
@@ -347,6 +350,9 @@ def layered_copy(inventory, name):
             else:
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 dest.symlink_to(f.resolve())
+    (copy / "group_vars" / "all").mkdir(parents=True, exist_ok=True)
+    (copy / "group_vars" / "all" / "zz-layered-copy.yml").write_text(yaml.safe_dump(
+        {"ansible_ssh_private_key_file": str(SSH_KEY)}))
     data = yaml.safe_load((inventory / "hosts.yml").read_text())
 
     def walk(group):
