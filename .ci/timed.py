@@ -8,7 +8,8 @@ subreaper (prctl PR_SET_CHILD_SUBREAPER), so what lab.py starts in a new session
 container's systemd, everything that ran in a lab host; the repository HTTP server) is reparented here when lab.py
 exits and is counted when it ends. The machine's busy CPU time (from /proc/stat) is printed beside it: on a shared
 machine the difference is other people's work. Appends one tab-separated line to TIMES_FILE
-(name, rc, wall s, cpu s, machine busy s, load average before, after) and exits with the command's status.
+(name, rc, wall s, cpu s, machine busy s, load average before, after, start s: seconds after the epoch time in
+$TIMED_T0, when set) and exits with the command's status.
 """
 import ctypes
 import os
@@ -42,6 +43,7 @@ def main(argv):
     if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         print("timed.py: prctl(PR_SET_CHILD_SUBREAPER) failed: CPU time leaves out lab hosts", file=sys.stderr)
     load_before, busy_before, started = load(), busy_seconds(), time.monotonic()
+    offset = "%.0f" % (time.time() - float(os.environ["TIMED_T0"])) if os.environ.get("TIMED_T0") else "-"
     child = subprocess.Popen(command)
     # Forward Ctrl-C/TERM to the phase; reap every process that ends (ours and orphans reparented here) so that
     # their CPU time is counted and no zombie is left. Popen.wait() is not used: this loop reaps the child itself.
@@ -69,7 +71,7 @@ def main(argv):
     cpu = usage.ru_utime + usage.ru_stime
     busy = busy_seconds() - busy_before
     rc = 1 if rc is None else rc
-    line = "\t".join([name, str(rc), "%.1f" % wall, "%.1f" % cpu, "%.1f" % busy, load_before, load()])
+    line = "\t".join([name, str(rc), "%.1f" % wall, "%.1f" % cpu, "%.1f" % busy, load_before, load(), offset])
     with open(times_file, "a", encoding="utf-8") as f:
         f.write(line + "\n")
     print("=== phase %s: %s in %dm%02ds wall, %.0f s CPU (the machine was busy %.0f CPU s: %.0f%% of its cores; "
