@@ -9,15 +9,31 @@ there: the provision stage installs it from the lab's apt repository (build/repo
     lab.py [-i INVENTORY_DIR] up|down [--purge]|status|ssh-config
     lab.py [-i INVENTORY_DIR] stop HOST|start HOST   (one host: "unreachable" in the lab, and back)
     lab.py down-all [--purge]          (every lab of this checkout: the CI safety net)
+    lab.py [-i INVENTORY_DIR] save-layer HOST DIR   (a stopped host's disk becomes a layer other hosts boot from)
 
 State lives in .lab/<inventory basename>/ (pid files, each host's disk as an overlayfs upper dir over the
 cached rootfs); the ssh key in .lab/ssh/. The rootfs is built once with debootstrap and cached under
 /var/cache/topolaunch/. Needs root (mount, systemd-nspawn). Python stdlib + PyYAML only.
+
+Layers: `save-layer` turns a stopped host's disk (its overlay upper dir) into a layer, DIR/root/ with DIR/layer.json,
+less what is each host's own (LAYER_STRIP: host name, machine id, ssh host keys, GPU spec and sysfs, journal...).
+A host whose inventory sets `lab_layer: DIR` (absolute, or relative to the inventory directory) boots with that
+layer between its own disk and the rootfs (overlayfs lowerdir=DIR/root:ROOTFS): it starts as the host the layer
+was saved from was, with its own identity written by `up` as for any host. The lab repository's URL is the one
+thing of a provisioned host that names its lab (the cuda-keyring package's sources list, apt's lists): a host on
+a layer saved in a lab of another repository port gets the keyring package of its own port (dpkg -i in its root)
+and apt's lists under its own URL (same repository, same content). tests/lab/labhosts.py builds the provisioned
+layers the lab tests share.
+
+TOPOLAUNCH_LAB_APT_PROXY=URL gives every host an apt proxy (Acquire::http::Proxy; the lab repository on
+127.0.0.1 stays direct): for a machine that reaches Debian's mirror only through a proxy or a cache.
 """
 import argparse
 import concurrent.futures
 import contextlib
+import datetime
 import fcntl
+import fnmatch
 import glob
 import hashlib
 import json
@@ -55,6 +71,22 @@ PACKAGES = sorted([
 ])
 # Bump when the configuration applied to the rootfs after debootstrap changes (it is part of the cache key).
 ROOTFS_REVISION = 1
+# What `save-layer` leaves out of a layer: each host's own (configure() writes them for every host, systemd and
+# nspawn at every boot) and what only one boot used. Globs, relative to the root.
+LAYER_STRIP = [
+    "etc/hostname", "etc/hosts", "etc/machine-id", "etc/resolv.conf", "etc/ssh/ssh_host_*",
+    "etc/ssh/sshd_config.d/10-lab-listen.conf", "etc/apt/apt.conf.d/00lab-proxy", "etc/fake-nvml",
+    "root/.ssh", f"home/{LAB_USER}/.ssh", "root/.ansible", f"home/{LAB_USER}/.ansible", "var/lib/dbus/machine-id",
+    "var/lib/systemd/random-seed", "var/lib/systemd/credential.secret", "var/log/journal/*", "tmp/*", "var/tmp/*",
+]
+# Where a provisioned host may name its lab repository's URL: what the keyring package and apt's lists carry
+# (moved to another port by retarget_repo()) and caches apt rebuilds. The URL anywhere else in a layer is refused:
+# a host on that layer in another lab would reach the wrong repository.
+LAYER_URL_PLACES = ["etc/apt/sources.list.d/*", "var/lib/dpkg/status*", "var/lib/dpkg/info/*", "var/lib/apt/lists/*",
+                    "var/cache/apt/*.bin"]
+LAYER_MANIFEST = "layer.json"
+APT_PROXY_ENV = "TOPOLAUNCH_LAB_APT_PROXY"
+APT_PROXY_FILE = "etc/apt/apt.conf.d/00lab-proxy"
 
 BOOT_TIMEOUT = 90.0
 POWEROFF_TIMEOUT = 30.0
@@ -113,11 +145,12 @@ def _vars_from(path_base):
 
 
 class Host:
-    def __init__(self, name, port, spec_name, spec_path):
+    def __init__(self, name, port, spec_name, spec_path, layer=None):
         self.name = name
         self.port = port
         self.spec_name = spec_name
         self.spec_path = spec_path
+        self.layer = layer  # a layer directory (lab_layer), or None: the bare rootfs
         self.spec_bytes = b""
         self.sysfs = {}
 
@@ -213,7 +246,12 @@ class Lab:
                 spec_path = os.path.join(self.inventory_dir, spec)
             else:
                 spec_path = os.path.join(SPECS_DIR, spec + ".json")
-            hosts.append(Host(h, port, spec, spec_path))
+            layer = hvars.get("lab_layer")
+            if layer is not None and (not isinstance(layer, str) or not layer):
+                raise LabError(f"lab host {h}: lab_layer {layer!r} must be a layer directory (lab.py save-layer)")
+            if layer:
+                layer = os.path.normpath(os.path.join(self.inventory_dir, layer))
+            hosts.append(Host(h, port, spec, spec_path, layer))
         if not hosts:
             raise LabError(f"inventory {self.inventory_dir} defines no hosts")
         for h in hosts:
@@ -529,29 +567,67 @@ class HostRuntime:
     def mounted(self):
         return os.path.realpath(self.root) in mounts_under(self.root)
 
-    def mount(self, rootfs):
-        """Mount the host's disk (overlay upper over the cached rootfs) unless it is mounted; record the root's
-        identity, by which `down` finds any process still running inside."""
+    def mount(self, rootfs, layer=None):
+        """Mount the host's disk (overlay upper over the layer, if any, and the cached rootfs) unless it is mounted;
+        record the root's identity, by which `down` finds any process still running inside. A disk made over
+        another rootfs or layer is reset first."""
         st = self.state()
+        base = f"{os.path.basename(layer)} over {os.path.basename(rootfs)}" if layer else os.path.basename(rootfs)
         if not self.mounted():
-            if st.get("rootfs") not in (None, rootfs):
-                log(f"{self.name}: the cached rootfs changed ({os.path.basename(st['rootfs'])} -> "
-                    f"{os.path.basename(rootfs)}): resetting the host's disk")
+            if st.get("rootfs") is not None and (st.get("rootfs"), st.get("layer")) != (rootfs, layer):
+                old = st.get("layer") and f"{os.path.basename(st['layer'])} over {os.path.basename(st['rootfs'])}"
+                log(f"{self.name}: the host's base changed ({old or os.path.basename(st['rootfs'])} -> {base}): "
+                    "resetting the host's disk")
                 for d in (self.upper, self.work):
                     if os.path.exists(d):
                         shutil.rmtree(d)
+                st.pop("apt_repo_port", None)
+            fresh = not os.path.isdir(self.upper) or not os.listdir(self.upper)
             for d in (self.upper, self.work, self.root):
                 os.makedirs(d, exist_ok=True)
+            lower = f"{os.path.join(layer, 'root')}:{rootfs}" if layer else rootfs
             proc = run(["mount", "-t", "overlay", "overlay", "-o",
-                        f"lowerdir={rootfs},upperdir={self.upper},workdir={self.work}", self.root])
+                        f"lowerdir={lower},upperdir={self.upper},workdir={self.work}", self.root])
             if proc.returncode != 0:
                 raise LabError(f"{self.name}: mounting the overlay root at {self.root} failed: {proc.stderr.strip()}")
-            st["rootfs"] = rootfs
-        elif st.get("rootfs") != rootfs:
-            log(f"{self.name}: runs on an older rootfs ({st.get('rootfs')}); `down` and `up` move it to the new one")
+            st["rootfs"], st["layer"] = rootfs, layer
+            if layer and fresh:  # the disk starts as the layer's: apt reaches the repository the layer was saved with
+                st["apt_repo_port"] = layer_manifest(layer).get("repo_port")
+        elif (st.get("rootfs"), st.get("layer")) != (rootfs, layer):
+            log(f"{self.name}: runs on an older base ({st.get('layer') or st.get('rootfs')}); `down` and `up` move it "
+                f"to {base}")
         root = os.stat(self.root)
         st["root_id"] = [root.st_dev, root.st_ino]
         write_json(self.state_file, st)
+
+    def retarget_repo(self, port):
+        """A disk that came from a layer saved in a lab of another repository port: install the keyring package of
+        this lab's port (as provisioning would have, dpkg -i in the root) and move apt's lists of the repository to
+        its URL (the same build/repo, served on another port: the same content). Returns what changed."""
+        st = self.state()
+        old = st.get("apt_repo_port")
+        if old in (None, port):
+            return []
+        debs = sorted(glob.glob(os.path.join(REPO_DIR, "keyring", str(port), "*.deb")))
+        if not debs:
+            raise LabError(f"{self.name}: {REPO_DIR} has no keyring package for the lab repository port {port} "
+                           "(lab/repo/build.py --keyring-ports)")
+        name = "lab-" + os.path.basename(debs[-1])
+        shutil.copy(debs[-1], os.path.join(self.root, "tmp", name))
+        try:
+            proc = run(["chroot", self.root, "dpkg", "-i", "--force-confnew", "/tmp/" + name])
+        finally:
+            os.unlink(os.path.join(self.root, "tmp", name))
+        if proc.returncode != 0:
+            raise LabError(f"{self.name}: installing {debs[-1]} in the host's root failed: {proc.stderr.strip()}")
+        lists = os.path.join(self.root, "var/lib/apt/lists")
+        before, after = f"127.0.0.1:{old}_", f"127.0.0.1:{port}_"
+        for f in os.listdir(lists) if os.path.isdir(lists) else []:
+            if f.startswith(before):
+                os.replace(os.path.join(lists, f), os.path.join(lists, after + f[len(before):]))
+        st["apt_repo_port"] = port
+        write_json(self.state_file, st)
+        return [f"/etc/apt/sources.list.d (lab repository port {old} -> {port})"]
 
     def configure(self, host, pubkey):
         """Per-host files in the (mounted) root. Returns the list of what changed."""
@@ -585,6 +661,12 @@ class HostRuntime:
             changed.append("/etc/ssh/ssh_host_*")
         # The "hardware": spec and fake sysfs. The sysfs tree is replaced whole when it differs (a changed
         # spec must not leave GPUs of the old one behind).
+        proxy = os.environ.get(APT_PROXY_ENV, "")
+        if proxy:
+            put(APT_PROXY_FILE, f'Acquire::http::Proxy "{proxy}";\nAcquire::http::Proxy::127.0.0.1 "DIRECT";\n')
+        elif os.path.lexists(os.path.join(self.root, APT_PROXY_FILE)):
+            os.unlink(os.path.join(self.root, APT_PROXY_FILE))
+            changed.append("/" + APT_PROXY_FILE)
         put("etc/fake-nvml/spec.json", host.spec_bytes)
         sysfs = os.path.join(self.root, "etc/fake-nvml/sysfs")
         have = {}
@@ -723,6 +805,61 @@ class HostRuntime:
 
 
 # --------------------------------------------------------------------------------------------------------------
+# Layers (a saved host disk other hosts boot from)
+
+
+def layer_manifest(path):
+    """The manifest of the layer at path; LabError when path is not a layer."""
+    try:
+        manifest = read_json(os.path.join(path, LAYER_MANIFEST))
+    except (OSError, ValueError):
+        manifest = None
+    if not isinstance(manifest, dict) or not os.path.isdir(os.path.join(path, "root")):
+        raise LabError(f"lab_layer {path} is not a layer (no {LAYER_MANIFEST} and root/ there: "
+                       "`lab.py save-layer` makes one)")
+    return manifest
+
+
+def check_layer(host, rootfs):
+    """A host's layer exists and was saved over this rootfs (a layer is a diff against it)."""
+    manifest = layer_manifest(host.layer)
+    if manifest.get("rootfs") != rootfs:
+        raise LabError(f"{host.name}: lab_layer {host.layer} was saved over the rootfs {manifest.get('rootfs')}, "
+                       f"the rootfs is now {rootfs}: save the layer again")
+
+
+def strip_layer(root):
+    """Remove what is each host's own (LAYER_STRIP) from a saved disk; returns the paths removed."""
+    removed = []
+    for pattern in LAYER_STRIP:
+        for path in sorted(glob.glob(os.path.join(root, pattern), include_hidden=True)):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+            removed.append("/" + os.path.relpath(path, root))
+    return removed
+
+
+def repo_url_outside_known_places(root, port):
+    """Files of a saved disk that name the lab repository's URL outside LAYER_URL_PLACES (regular files only:
+    overlayfs whiteouts are character devices)."""
+    needle = f"127.0.0.1:{port}".encode()
+    found = []
+    for dirpath, _dirs, files in os.walk(root):
+        for fn in files:
+            path = os.path.join(dirpath, fn)
+            rel = os.path.relpath(path, root)
+            if any(fnmatch.fnmatch(rel, p) for p in LAYER_URL_PLACES) or not os.path.isfile(path) \
+                    or os.path.islink(path):
+                continue
+            with open(path, "rb") as f:
+                if needle in f.read():
+                    found.append("/" + rel)
+    return found
+
+
+# --------------------------------------------------------------------------------------------------------------
 # Repository HTTP server
 
 
@@ -811,6 +948,12 @@ def cmd_up(lab, args, only=None):
     for host in lab.hosts:  # every input is checked before anything changes
         host.spec_bytes, host.sysfs = spec_files(host.spec_path)
     hosts = [h for h in lab.hosts if only is None or h.name in only]
+    for host in hosts:
+        if host.layer:
+            check_layer(host, rootfs_path())
+    proxy = os.environ.get(APT_PROXY_ENV, "")
+    if proxy and not re.match(r"^https?://[^\s\"\\;]+$", proxy):
+        raise LabError(f"{APT_PROXY_ENV}={proxy!r} is not an http:// or https:// URL")
     need_root()
     with state_lock(lab):
         pubkey = ensure_ssh_key()
@@ -824,8 +967,8 @@ def cmd_up(lab, args, only=None):
                 log(f"{host.name}: ansible_port changed {st.get('port')} -> {host.port}: restarting")
                 rt.stop(st.get("port"))
             if rt.running():
-                rt.mount(rootfs)
-                changed = rt.configure(host, pubkey)
+                rt.mount(rootfs, host.layer)
+                changed = rt.retarget_repo(lab.repo_port) + rt.configure(host, pubkey)
                 rt.apply_live(host, changed)
                 note = f"; updated {', '.join(changed)}" if changed else ""
                 log(f"{host.name}: running (pid {st['nspawn']['pid']}), reusing{note}")
@@ -834,14 +977,17 @@ def cmd_up(lab, args, only=None):
             if port_in_use(host.port):
                 raise LabError(f"{host.name}: ansible_port {host.port} on 127.0.0.1 is already in use by another "
                                "process (not this lab's host, which is stopped)")
-            rt.mount(rootfs)
+            rt.mount(rootfs, host.layer)
+            rt.retarget_repo(lab.repo_port)
             rt.configure(host, pubkey)
             st = rt.state()
             st.update({"port": host.port, "spec": host.spec_name, "machine": rt.machine})
             write_json(rt.state_file, st)
             started = time.monotonic()
             proc = rt.start()
-            log(f"{host.name}: booting {rt.machine} (pid {proc.pid}, ssh 127.0.0.1:{host.port}, spec {host.spec_name})")
+            layer = f", layer {os.path.basename(host.layer)}" if host.layer else ""
+            log(f"{host.name}: booting {rt.machine} (pid {proc.pid}, ssh 127.0.0.1:{host.port}, spec {host.spec_name}"
+                f"{layer})")
             booting[host.name] = (rt, host, started)
 
         def wait(item):
@@ -874,6 +1020,49 @@ def cmd_stop(lab, args):
             log(f"{host.name}: not running")
         rt.stop(rt.state().get("port") or host.port)
     log(f"lab {lab.name}: {host.name} stopped (`lab.py start {host.name}` boots it again)")
+
+
+def cmd_save_layer(lab, args):
+    """Turn a stopped host's disk into a layer at args.dir (its overlay upper dir, moved: the host's disk is gone
+    and a later `up` gives it a fresh one)."""
+    host = inventory_host(lab, args.host)
+    dest = os.path.abspath(args.dir)
+    need_root()
+    with state_lock(lab):
+        rt = HostRuntime(lab, host.name)
+        if rt.running():
+            raise LabError(f"{host.name} is running: a layer is saved from a powered-off host "
+                           f"(`lab.py stop {host.name}` or `down` first)")
+        rt.stop(host.port)  # unmounts what is left mounted
+        st = rt.state()
+        if not os.path.isdir(rt.upper) or not os.listdir(rt.upper):
+            raise LabError(f"{host.name} has no disk to save ({rt.upper} is missing or empty)")
+        if st.get("layer"):
+            raise LabError(f"{host.name} runs over the layer {st['layer']}: layers do not stack, save a host of the "
+                           "bare rootfs")
+        if os.path.lexists(dest):
+            raise LabError(f"{dest} already exists")
+        removed = strip_layer(rt.upper)
+        named = repo_url_outside_known_places(rt.upper, lab.repo_port)
+        if named:
+            raise LabError(f"{host.name}'s disk names the lab repository http://127.0.0.1:{lab.repo_port} in "
+                           f"{', '.join(named)}: a host on this layer in another lab would reach the wrong "
+                           "repository (lab.py moves only LAYER_URL_PLACES)")
+        tmp = f"{dest}.tmp-{os.getpid()}"
+        os.makedirs(tmp)
+        try:
+            os.rename(rt.upper, os.path.join(tmp, "root"))
+        except OSError as e:
+            shutil.rmtree(tmp)
+            raise LabError(f"moving {rt.upper} to {tmp}: {e} (the layer must be on the filesystem of {STATE_ROOT})") \
+                from e
+        write_json(os.path.join(tmp, LAYER_MANIFEST), {
+            "rootfs": st.get("rootfs"), "repo_port": lab.repo_port, "saved_from": f"{lab.name}/{host.name}",
+            "spec": host.spec_name, "saved_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            "note": args.note or ""})
+        os.rename(tmp, dest)
+        shutil.rmtree(rt.dir)
+    log(f"{host.name}: disk saved as the layer {dest} (left out: {len(removed)} host-own paths)")
 
 
 def known_hosts(lab):
@@ -930,7 +1119,10 @@ def cmd_down(lab, args):
 def cmd_down_all(_lab, args):
     """Take down every lab of this checkout (each state dir under .lab/): the CI safety net."""
     need_root()
-    names = sorted(d for d in os.listdir(STATE_ROOT) if d != "ssh" and os.path.isdir(os.path.join(STATE_ROOT, d))) \
+    # A lab's state dir has its hosts' dirs or its repository server's record (.lab/ also holds ssh/, inventories/,
+    # layers/: no lab).
+    names = sorted(d for d in os.listdir(STATE_ROOT) if any(
+        os.path.exists(os.path.join(STATE_ROOT, d, f)) for f in ("hosts", "http.json"))) \
         if os.path.isdir(STATE_ROOT) else []
     errors = []
     for name in names:
@@ -955,7 +1147,8 @@ def cmd_status(lab, _args):
         port = h.port if h else st.get("port")
         spec = h.spec_name if h else f"{st.get('spec')} (not in inventory)"
         state = "running" if rt.running() else "stopped"
-        print(f"  {name:12} {rt.machine:28} {state:8} {port!s:6} {spec}")
+        layer = f" (layer {os.path.basename(st['layer'])})" if st.get("layer") else ""
+        print(f"  {name:12} {rt.machine:28} {state:8} {port!s:6} {spec}{layer}")
 
 
 def cmd_ssh_config(lab, _args):
@@ -981,11 +1174,15 @@ def main(argv=None):
     start = sub.add_parser("start", help="boot one host of the inventory (after stop)")
     start.add_argument("host", help="a host of the inventory")
     start.add_argument("--timeout", type=float, default=BOOT_TIMEOUT, help="seconds to wait for the host")
+    save = sub.add_parser("save-layer", help="a stopped host's disk becomes a layer (lab_layer) other hosts boot from")
+    save.add_argument("host", help="a host of the inventory, stopped")
+    save.add_argument("dir", help="the new layer's directory (must not exist; on the filesystem of .lab/)")
+    save.add_argument("--note", help="a line kept in the layer's manifest (what it holds)")
     sub.add_parser("status", help="each host: running or not, port, spec")
     sub.add_parser("ssh-config", help="print an ssh_config for the hosts")
     args = parser.parse_args(argv)
     commands = {"up": cmd_up, "down": cmd_down, "down-all": cmd_down_all, "status": cmd_status,
-                "ssh-config": cmd_ssh_config, "stop": cmd_stop, "start": cmd_start}
+                "ssh-config": cmd_ssh_config, "stop": cmd_stop, "start": cmd_start, "save-layer": cmd_save_layer}
     try:
         commands[args.command](None if args.command == "down-all" else Lab(args.inventory), args)
     except LabError as e:

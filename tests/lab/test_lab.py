@@ -230,3 +230,109 @@ def test_down_leaves_nothing_behind(inventory):
     assert not any(listening(p) for p in [*PORTS.values(), REPO_PORT])
     again = lab(inventory, "down")
     assert again.returncode == 0, again.stdout + again.stderr
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Layers: a stopped host's disk saved (save-layer), other hosts booted from it (lab_layer). A bare host of
+# .lab/pytest-layer-src/ (ssh 2253, repo 18086) gets a marker file and its lab port's cuda-keyring (what
+# provisioning installs first); two hosts of .lab/pytest-layer/ (ssh 2254-2255, repo 18087) boot from its layer.
+
+LAYER = ROOT / ".lab" / "layers-test" / "marked"
+SRC_PORT, SRC_REPO, COPY_PORTS, COPY_REPO = 2253, 18086, {"one": 2254, "two": 2255}, 18087
+IDENTITY = "hostname; cat /etc/machine-id; ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub | cut -d' ' -f2"
+
+
+def test_a_host_on_something_that_is_no_layer_is_refused(tmp_path):
+    inventory = write_inventory(tmp_path / "pytest-bad", {"alpha": (2251, "h200x2-vm-real")})
+    (inventory / "empty").mkdir()
+    data = yaml.safe_load((inventory / "hosts.yml").read_text())
+    data["all"]["hosts"]["alpha"]["lab_layer"] = "empty"  # relative to the inventory directory
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(data))
+    proc = lab(inventory, "up")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"lab_layer {inventory / 'empty'} is not a layer" in proc.stderr
+    assert not (ROOT / ".lab" / "pytest-bad").exists()
+
+
+@pytest.fixture(scope="module")
+def layered(tmp_path_factory):
+    """The source host booted and marked, its disk saved as LAYER, then two hosts booted from it."""
+    if LAB_MISSING:
+        pytest.skip("needs root, systemd-nspawn (systemd-container) and debootstrap")
+    src = write_inventory(tmp_path_factory.mktemp("src") / "pytest-layer-src",
+                          {"src": (SRC_PORT, "proxmox-8x-rtx-pro-6000-vnuma")}, repo_port=SRC_REPO)
+    copies = write_inventory(tmp_path_factory.mktemp("copies") / "pytest-layer",
+                             {h: (p, "h200x2-vm-real") for h, p in COPY_PORTS.items()}, repo_port=COPY_REPO)
+    data = yaml.safe_load((copies / "hosts.yml").read_text())
+    for host in data["all"]["hosts"].values():
+        host["lab_layer"] = str(LAYER)
+    (copies / "hosts.yml").write_text(yaml.safe_dump(data))
+    shutil.rmtree(LAYER.parent, ignore_errors=True)
+    try:
+        assert lab(src, "up").returncode == 0
+        ssh(SRC_PORT, "echo from-the-layer > /opt/marker && curl -fsS -o /tmp/k.deb "
+                      f"http://127.0.0.1:{SRC_REPO}/keyring/{SRC_REPO}/cuda-keyring_1.1-1_all.deb && dpkg -i /tmp/k.deb"
+                      " >/dev/null && apt-get update -qq -o Dir::Etc::SourceParts=/nonexistent "
+                      "-o Dir::Etc::SourceList=/etc/apt/sources.list.d/cuda-debian12-x86_64.list")
+        source = ssh(SRC_PORT, IDENTITY).split()
+        refused = lab(src, "save-layer", "src", str(LAYER))   # still running
+        assert lab(src, "down").returncode == 0
+        saved = lab(src, "save-layer", "src", str(LAYER))
+        again = lab(src, "save-layer", "src", str(LAYER))
+        up = lab(copies, "up")
+        assert up.returncode == 0, up.stdout + up.stderr
+        yield {"source": source, "refused": refused, "saved": saved, "again": again, "up": up}
+    finally:
+        for inv in (copies, src):
+            lab(inv, "down", "--purge")
+        shutil.rmtree(LAYER.parent, ignore_errors=True)
+
+
+@pytest.mark.lab
+def test_save_layer_takes_a_stopped_host_only_once(layered):
+    assert layered["refused"].returncode == 1 and "src is running" in layered["refused"].stderr
+    assert layered["saved"].returncode == 0, layered["saved"].stdout + layered["saved"].stderr
+    assert layered["again"].returncode == 1   # the host's disk became the layer: nothing left to save
+    manifest = json.loads((LAYER / "layer.json").read_text())
+    assert manifest["repo_port"] == SRC_REPO and manifest["rootfs"].startswith("/")
+    assert (LAYER / "root" / "opt" / "marker").read_text() == "from-the-layer\n"
+    # What is each host's own is not in the layer.
+    for own in ("etc/machine-id", "etc/hostname", "etc/fake-nvml", "etc/ssh/sshd_config.d/10-lab-listen.conf",
+                "root/.ssh", "var/log/journal/" + layered["source"][1]):
+        assert not os.path.lexists(LAYER / "root" / own), own
+    assert not list((LAYER / "root" / "etc" / "ssh").glob("ssh_host_*"))
+
+
+@pytest.mark.lab
+def test_hosts_on_a_layer_have_its_files_and_their_own_identity(layered):
+    assert "layer marked" in layered["up"].stdout
+    seen = {}
+    for host, port in COPY_PORTS.items():
+        assert ssh(port, "cat /opt/marker") == "from-the-layer\n"
+        name, machine_id, host_key = ssh(port, IDENTITY).split()
+        assert name == host
+        seen[host] = (machine_id, host_key)
+        assert host_sysfs(port) == expected_sysfs("h200x2-vm-real")
+    (one_id, one_key), (two_id, two_key) = seen["one"], seen["two"]
+    source_id, source_key = layered["source"][1:]
+    assert len({one_id, two_id, source_id}) == 3 and len({one_key, two_key, source_key}) == 3
+
+
+@pytest.mark.lab
+def test_a_host_writes_its_own_disk_not_the_layer(layered):
+    ssh(COPY_PORTS["one"], "echo changed > /opt/marker && touch /opt/only-one")
+    assert ssh(COPY_PORTS["two"], "cat /opt/marker; ls /opt") == "from-the-layer\nmarker\n"
+    assert (LAYER / "root" / "opt" / "marker").read_text() == "from-the-layer\n"
+    assert not (LAYER / "root" / "opt" / "only-one").exists()
+
+
+@pytest.mark.lab
+def test_a_layer_from_another_lab_reaches_this_labs_repository(layered):
+    """The layer was saved with the keyring of port 18086; these hosts' lab serves on 18087: apt reaches it there,
+    with the keyring package of 18087 installed and no list of the old port left."""
+    for port in COPY_PORTS.values():
+        assert f"http://127.0.0.1:{COPY_REPO}/apt/" in ssh(port, "cat /etc/apt/sources.list.d/cuda-debian12-x86_64.list")
+        assert f":{SRC_REPO}" not in ssh(port, "ls /var/lib/apt/lists")
+        assert ssh(port, "dpkg --verify cuda-keyring && echo clean").strip() == "clean"
+        got = ssh(port, "cd /tmp && apt-get download -q nvidia-smi 2>&1 | grep ^Get")
+        assert f"http://127.0.0.1:{COPY_REPO}/apt/" in got

@@ -1,7 +1,8 @@
 """Server lifecycle on a lab host: relaunch between layouts, every simulator fault, rollback, foreign processes.
 
-One host (ssh 127.0.0.1:2229, server port 31090, repo server 18082, state in .lab/pytest-lifecycle/) is booted and
-provisioned once (deploy.yml --tags provision,topology) and reused by every case. Each case drives the real user
+One host (ssh 127.0.0.1:2229, server port 31090, repo server 18082, state in .lab/pytest-lifecycle/) is booted once
+from the provisioned layer (tests/lab/labhosts.py), its topology read (deploy.yml --tags topology), and reused by every
+case. Each case drives the real user
 command, `ansible-playbook deploy.yml --tags relaunch ...`; a fault is injected by taking a plan the planner made
 (current_plan.json after a normal relaunch), adding SGLANG_SIM_FAULT to its env and passing it as the extra var
 topolaunch_plan (extra vars win over the plan stage's fact). After each case: no GPU memory is held by anything but
@@ -19,6 +20,7 @@ import sys
 import pytest
 import yaml
 
+import labhosts
 from sweeplab import copied_inventory
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -125,13 +127,14 @@ def host(tmp_path_factory):
                           "SGLANG_SIM_DRAIN_POLL_SECONDS": "0.2"},
         launch_drain_timeout=2, launch_stop_margin=2, health_startup_timeout=60, health_chunk_seconds=5)
     (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_hosts": {"children": {"sglang_servers": {
-        "hosts": {"lc": {"ansible_port": SSH_PORT, "lab_gpu_spec": "proxmox-8x-rtx-pro-6000-vnuma"}}}}}}}}))
+        "hosts": {"lc": {"ansible_port": SSH_PORT, "lab_gpu_spec": "proxmox-8x-rtx-pro-6000-vnuma",
+                         **labhosts.provisioned()}}}}}}}}))
     up = subprocess.run([sys.executable, str(LAB_PY), "-i", str(inv), "up"], capture_output=True, text=True,
                         check=False, timeout=900)
     assert up.returncode == 0, up.stdout + up.stderr
     h = Host(inv)
     try:
-        rc, out = h.play("--tags", "provision,topology")
+        rc, out = h.play("--tags", "topology")
         assert rc == 0, out[-4000:]
         model = ROOT / "tests" / "fixtures" / "models" / SMALL_MODEL
         tar = subprocess.run(["tar", "-C", str(model), "-cf", "-", "."], capture_output=True, check=True).stdout

@@ -3,10 +3,12 @@ a tune over both nodes.
 
 The hosts of inventory/lab-multinode (node0 ssh 2205, node1 ssh 2206, 8 simulated RTX PRO 6000 each, the field
 spec; repository 18085; node 0's API on 30200, node 1's health check server on 30201; rendezvous 127.0.0.1:50200)
-are booted once, `ansible-playbook -i inventory/lab-multinode deploy.yml` brings the server up (tp8pp2 of
-GLM-5-NVFP4), and each case drives the user's command `deploy.yml --tags relaunch`. A fault is injected on one node
-as in test_lifecycle.py: the plans the planner made for a layout (each node's current_plan.json) with
-SGLANG_SIM_FAULT in node 1's env, passed as topolaunch_plan (an extra var, read per host).
+are booted once from the provisioned layer (tests/lab/labhosts.py: a copy of the inventory in
+.lab/inventories/pytest-lab-multinode/, its settings linked, each host's lab_layer added), `ansible-playbook -i
+<that copy> deploy.yml` brings the server up (tp8pp2 of GLM-5-NVFP4), and each case drives the user's command
+`deploy.yml --tags relaunch`. A fault is injected on one node as in test_lifecycle.py: the plans the planner made
+for a layout (each node's current_plan.json) with SGLANG_SIM_FAULT in node 1's env, passed as topolaunch_plan (an
+extra var, read per host).
 
     .venv/bin/pytest -m lab tests/lab/test_multinode.py
     TL_MULTINODE_INVENTORY=DIR ...   # a copy of the inventory on other ports (its hosts must be node0 and node1)
@@ -21,6 +23,8 @@ import time
 
 import pytest
 import yaml
+
+import labhosts
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LAB_PY = ROOT / "lab" / "lab.py"
@@ -99,7 +103,7 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = Cluster(INVENTORY)
+    c = Cluster(labhosts.layered_copy(INVENTORY, "pytest-" + INVENTORY.name))
     c.lab("up")
     try:
         rc, out, _ = c.play()
@@ -107,8 +111,8 @@ def cluster():
         assert "the ranks of every node are running" in out, out[-4000:]
         yield c
     finally:
-        subprocess.run([sys.executable, str(LAB_PY), "-i", str(INVENTORY), "down"], capture_output=True, text=True,
-                       check=False, timeout=300)
+        subprocess.run([sys.executable, str(LAB_PY), "-i", str(c.inventory), "down", "--purge"], capture_output=True,
+                       text=True, check=False, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,8 @@
 Two SGLang servers (state in .lab/h17-preflight/, inventory .lab/inventories/h17-preflight/, lab repository 18098):
 `hang` (ssh 2381, server port 33800) is the field box whose cross-socket pair 3-7 hangs with P2P
 (proxmox-8x-rtx-pro-6000-p2p-hang); `naive` (ssh 2382, port 33801) is the same box without vNUMA or the P2P
-clique (proxmox-8x-rtx-pro-6000-naive), whose flat PCI tree hides the sockets. Booted and taken through a first
-deploy (provision, topology, preflight, plan, relaunch; bench skipped) once; the cases follow in file order.
+clique (proxmox-8x-rtx-pro-6000-naive), whose flat PCI tree hides the sockets. Booted from the provisioned layer
+(tests/lab/labhosts.py) and taken through a first deploy (provision, topology, preflight, plan, relaunch; bench skipped) once; the cases follow in file order.
 
     flock /tmp/tl-fixed-ports.lock .venv/bin/pytest -m lab tests/lab/test_preflight.py
 """
@@ -18,6 +18,8 @@ import sys
 
 import pytest
 import yaml
+
+import labhosts
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NAME = "h17-preflight"
@@ -52,7 +54,8 @@ def write_inventory():
                              "SGLANG_SIM_DRAIN_POLL_SECONDS": "0.2"},
         "launch_drain_timeout": 2, "launch_stop_margin": 2, "health_startup_timeout": 60, "health_chunk_seconds": 5}))
     (INVENTORY / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_hosts": {"children": {
-        "sglang_servers": {"hosts": {name: {"ansible_port": ssh, "topolaunch_port": port, "lab_gpu_spec": spec}
+        "sglang_servers": {"hosts": {name: {"ansible_port": ssh, "topolaunch_port": port, "lab_gpu_spec": spec,
+                                            **labhosts.provisioned()}
                                      for name, (ssh, port, spec) in HOSTS.items()}}}}}}}))
 
 

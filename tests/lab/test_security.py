@@ -1,8 +1,8 @@
 """Safe by default, on a lab host reached as the lab's non-root user (issue 14's acceptance).
 
 One host (ssh 127.0.0.1:2372 as `ops` with sudo, server port 33710, repo server 18097, state in .lab/h14-security/)
-is booted and provisioned once (deploy.yml --tags provision,topology, as `ops`: provisioning becomes root) and
-reused by every case:
+is booted once from the provisioned layer (tests/lab/labhosts.py, which provisions as `ops`: provisioning becomes
+root), its topology read as `ops` (deploy.yml --tags topology), and reused by every case:
 - a relaunch and a bench with topolaunch_api_key and an HF token from an extra-vars file, at -vvv: neither value in
   the playbook output, in the command line of any process (sampled every 50 ms by an unprivileged user during the
   run), in a file other users can read, or in the results on the controller; the server reads the key from its own
@@ -30,6 +30,7 @@ import sys
 import pytest
 import yaml
 
+import labhosts
 from sweeplab import copied_inventory
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -119,14 +120,15 @@ def host(tmp_path_factory):
                           "SGLANG_SIM_DRAIN_POLL_SECONDS": "0.2"},
         launch_drain_timeout=2, launch_stop_margin=2, health_startup_timeout=60, health_chunk_seconds=5)
     (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_hosts": {"children": {"sglang_servers": {
-        "hosts": {HOST: {"ansible_port": SSH_PORT, "lab_gpu_spec": "proxmox-8x-rtx-pro-6000-vnuma"}}}}}}}}))
+        "hosts": {HOST: {"ansible_port": SSH_PORT, "lab_gpu_spec": "proxmox-8x-rtx-pro-6000-vnuma",
+                         **labhosts.provisioned()}}}}}}}}))
     up = subprocess.run([sys.executable, str(LAB_PY), "-i", str(inv), "up"], capture_output=True, text=True,
                         check=False, timeout=900)
     assert up.returncode == 0, up.stdout + up.stderr
     h = Host(inv)
     try:
         assert h.ssh("id -un", user=USER).strip() == USER
-        rc, out = h.play("--tags", "provision,topology")
+        rc, out = h.play("--tags", "topology")
         assert rc == 0, out[-4000:]
         yield h
     finally:

@@ -2,7 +2,8 @@
 `--tags provision,relaunch`, its rollback when the new release's server fails health.
 
 Two hosts (ssh 127.0.0.1:2361 and 2362, server ports 33600 and 33601, repository server 18096, state in
-.lab/h13-versions/), booted once. `new` is the demo: `deploy.yml` with the project's defaults (SGLang 0.5.23: CUDA
+.lab/h13-versions/), booted once from the provisioned layers of their releases (tests/lab/labhosts.py); the first
+deploy.yml runs their provision stage again (a no-change run), the upgrade runs it for real. `new` is the demo: `deploy.yml` with the project's defaults (SGLang 0.5.23: CUDA
 13.0, the simulated server, the simulator's 0.5.23 client from the server's venv). `old` pins 0.5.9 (the
 inventory's topolaunch_sglang_version): the same deploy.yml runs the real 0.5.9 benchmark client from its own venv;
 then it is upgraded the way a user does it (`-e topolaunch_sglang_version=0.5.23 --tags provision,relaunch`), once
@@ -22,6 +23,7 @@ import sys
 import pytest
 import yaml
 
+import labhosts
 from sweeplab import copied_inventory
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -82,7 +84,7 @@ def lab(tmp_path_factory):
     hosts = {}
     for name, h in HOSTS.items():
         hosts[name] = {"ansible_port": h["ssh"], "lab_gpu_spec": "proxmox-8x-rtx-pro-6000-vnuma",
-                       "topolaunch_port": h["port"]}
+                       "topolaunch_port": h["port"], **labhosts.provisioned(h.get("version"))}
         if "version" in h:
             hosts[name]["topolaunch_sglang_version"] = h["version"]
     (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_hosts": {"children": {
