@@ -32,6 +32,12 @@ def _wait_for(cond, what, timeout=10.0):
         time.sleep(0.02)
 
 
+def _execed(pid, argv0):
+    """pid runs argv0: its title and its cmdline's first word (not the '[comm]' of an argv not yet readable)."""
+    info = read_process(pid) or {}
+    return info.get("title") == argv0 and info.get("cmdline", "").split(" ")[0] == argv0
+
+
 class Procs:
     """Spawns test processes, reaps them, and kills (by pid) whatever a test left alive."""
 
@@ -55,7 +61,8 @@ class Procs:
         self.pids.append(p.pid)
         threading.Thread(target=p.wait, daemon=True).start()
         argv0 = title or body.split()[0]
-        _wait_for(lambda: (read_process(p.pid) or {}).get("title") == argv0, "pid %d to exec %s" % (p.pid, argv0))
+        # comm changes before the new argv is readable (mid-execve, cmdline reads empty): wait for both.
+        _wait_for(lambda: _execed(p.pid, argv0), "pid %d to exec %s" % (p.pid, argv0))
         for gpu in gpus:
             self.fake.register(gpu, 40 * GIB, p.pid)
         return p.pid
@@ -67,7 +74,7 @@ class Procs:
         pid = int(out.strip())
         self.pids.append(pid)
         self._reap(pid)                         # we are the subreaper: the orphan is now our child
-        _wait_for(lambda: (read_process(pid) or {}).get("title") == title, "orphan %d to exec" % pid)
+        _wait_for(lambda: _execed(pid, title), "orphan %d to exec" % pid)
         for gpu in gpus:
             self.fake.register(gpu, 40 * GIB, pid)
         return pid
