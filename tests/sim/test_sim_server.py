@@ -305,7 +305,7 @@ def test_glm5_tp8_serves_faster_than_tp4pp2_on_the_field_spec(lab):
     glm5 = lab.model("glm-5-nvfp4")
     throughput = {}
     for layout in (["--tp-size", "8"], ["--tp-size", "4", "--pp-size", "2"]):
-        server = lab.launch("--model-path", glm5, *layout, SGLANG_SIM_TIME_SCALE="0.2").wait_ready()
+        server = lab.launch("--model-path", glm5, *layout, SGLANG_SIM_TIME_SCALE="1.0").wait_ready()
         out = lab.tmp / "perf.jsonl"
         res = lab.run("sglang.bench_serving", "--backend", "sglang", "--base-url", server.url, "--dataset-name",
                       "random-ids", "--random-input-len", "128", "--random-output-len", "24", "--random-range-ratio",
