@@ -1049,13 +1049,15 @@ def _compute_capabilities(request):
     """The compute capabilities of the GPUs the plan may use, from the request's topology facts (raw: the checked
     NodeTopology comes later; a malformed topology is reported there)."""
     topologies = request.node_topologies or ([request.topology] if request.topology else [])
-    allowed = set(request.gpus) if isinstance(request.gpus, list) else None
+    gpus = request.gpus
+    allowed = [g for g in gpus if isinstance(g, int)] if isinstance(gpus, list) else None
     out = set()
-    for topo in topologies:
-        gpus = topo.get("gpus") if isinstance(topo, dict) else None
-        for k, gpu in enumerate(gpus if isinstance(gpus, list) else []):
-            index = gpu.get("index", k) if isinstance(gpu, dict) else k
-            if isinstance(gpu, dict) and gpu.get("compute_capability") and (allowed is None or index in allowed):
+    for topo in topologies if isinstance(topologies, list) else []:
+        listed = topo.get("gpus") if isinstance(topo, dict) else None
+        for k, gpu in enumerate(listed if isinstance(listed, list) else []):
+            if not isinstance(gpu, dict) or not gpu.get("compute_capability"):
+                continue
+            if allowed is None or gpu.get("index", k) in allowed:
                 out.add(str(gpu["compute_capability"]))
     return sorted(out)
 

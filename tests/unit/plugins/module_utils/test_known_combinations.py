@@ -197,3 +197,10 @@ def test_only_the_gpus_the_plan_uses_count(field):
     plan = planner.plan(planner.PlanRequest(topology=mixed, model_path=model_path("llama-3.1-70b"), layout="tp4",
                                             gpus=[4, 5, 6, 7]))
     assert plan["known_combinations"] == []
+
+
+@pytest.mark.parametrize("gpus", [[[0]], ["a"], [{"x": 1}]])
+def test_malformed_gpus_are_reported_not_a_traceback(field, gpus):
+    with pytest.raises(planner.PlanError) as exc:
+        planner.plan(planner.PlanRequest(topology=field, model_path=GLM5, layout="tp8", gpus=gpus))
+    assert any(r.startswith("gpus must be a list of GPU indices") for r in exc.value.reasons)
