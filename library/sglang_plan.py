@@ -220,7 +220,8 @@ saved_to:
   type: str
 plan:
   description: The plan (docs/DESIGN.md "sglang_plan result") - layout, gpu_indices, cuda_visible_devices, env, argv,
-    pp_layer_partition, memory, reason, warnings, topology_fingerprint, model_name, per_node (multi-node).
+    pp_layer_partition, memory, reason, warnings, known_combinations (the known-bad combinations whose working values
+    the plan set, with their sources), topology_fingerprint, model_name, per_node (multi-node).
   returned: success
   type: dict
   sample:

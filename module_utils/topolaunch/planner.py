@@ -44,6 +44,10 @@ computes for that GPU (server_args._handle_gpu_memory_settings: reserved = 512 M
 reserved) / memory). KV room = usable - weights; KV tokens = room / bytes per token per GPU
 (model_config.kv_bytes_per_token). Activations and CUDA graphs live in the remaining (1 - fraction).
 
+Known combinations (known_combinations.RULES): launches that fail or serve wrong output on the GPUs' architecture
+for the model's attention kind, quantization and the SGLang version get the working server args (where the operator
+set none) and env, or are refused; the reason names each rule's source.
+
 Placement: plan_topology (islands, TP groups, PP stage order, NCCL settings). Estimate: plan_score (output
 tok/s at the request's workload, with its parts; constants in plan_perf, fitted to tests/calibration/).
 A preflight record of the node's topology (plan_preflight) gives both this machine's measured links and the
@@ -62,7 +66,7 @@ import math
 import os
 import re
 
-from . import constants, model_config, plan_nodes, plan_perf, plan_preflight
+from . import constants, known_combinations, model_config, plan_nodes, plan_perf, plan_preflight
 from .plan_args import FlagIndex, PLANNER_FLAGS, check_server_args, supported_versions, text_problem
 from .plan_score import Links, Shape, check_workload, estimate, gemm_peak, stage_time
 from .plan_topology import NodeTopology, nccl_env
@@ -423,6 +427,7 @@ class _Context:
         # The efficiency constants of the estimates: plan_perf's, or this machine's fit (plan_fit.py) over them.
         self.eff, self.fit = plan_perf.EFFICIENCY, None
         self.allow_cross_node_tp = False  # several nodes: TP groups spanning nodes only when asked for
+        self.known = None                 # known_combinations.apply's result: env, applied rules, reasons
         self.node_servers = None          # several nodes: [{host, port}] per node (default: host and port)
         names = {n.gpus[i]["name"] for n in nodes for i in n.indices} or {"unknown"}
         self.gpu_names = sorted(names)
@@ -940,8 +945,14 @@ def _prepare(request):
         reasons.append("nccl_topo_file: %r is not an absolute path" % (r.nccl_topo_file,))
     # server args
     items, values = [], {}
+    known = None
     if index is not None:
         fixed_args = plan_preflight.server_args_with_fixes(server_args, record, warnings) if record else server_args
+        # known combinations of this GPU, model and release: their working values join the args nobody set
+        known = known_combinations.apply(facts, _compute_capabilities(r), index, fixed_args, server_args)
+        warnings.extend(known["warnings"])
+        reasons.extend(known["refusals"])
+        fixed_args = known["server_args"]
         items, values, arg_reasons, arg_warnings = check_server_args(fixed_args, index)
         reasons.extend(arg_reasons)
         warnings.extend(arg_warnings)
@@ -1016,6 +1027,7 @@ def _prepare(request):
         raise PlanError(reasons)
 
     ctx = _Context(facts, nodes, values, nnodes_n, partition, workload)
+    ctx.known = known
     _use_preflight(ctx, record, r.nccl_topo_file, reasons, warnings)
     ctx.fit = _machine_fit(r.fits, {facts["name"], served, os.path.basename(str(model_path).rstrip("/"))
                                     if model_path else None} - {None},
@@ -1031,6 +1043,23 @@ def _prepare(request):
     return {"ctx": ctx, "candidates": [evaluate(ctx, c) for c in layouts], "reasons": reasons, "wanted": wanted,
             "warnings": warnings, "items": items, "served": served, "port": port_number, "rank": rank_n,
             "total": total}
+
+
+def _compute_capabilities(request):
+    """The compute capabilities of the GPUs the plan may use, from the request's topology facts (raw: the checked
+    NodeTopology comes later; a malformed topology is reported there)."""
+    topologies = request.node_topologies or ([request.topology] if request.topology else [])
+    gpus = request.gpus
+    allowed = [g for g in gpus if isinstance(g, int)] if isinstance(gpus, list) else None
+    out = set()
+    for topo in topologies if isinstance(topologies, list) else []:
+        listed = topo.get("gpus") if isinstance(topo, dict) else None
+        for k, gpu in enumerate(listed if isinstance(listed, list) else []):
+            if not isinstance(gpu, dict) or not gpu.get("compute_capability"):
+                continue
+            if allowed is None or gpu.get("index", k) in allowed:
+                out.add(str(gpu["compute_capability"]))
+    return sorted(out)
 
 
 def _use_preflight(ctx, record, topo_file, reasons, warnings):
@@ -1196,6 +1225,7 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
         if split != default_split:
             env["SGLANG_PP_LAYER_PARTITION"] = ",".join(str(n) for n in split)
         env.update(nccl)
+        env.update((ctx.known or {}).get("env") or {})
         return env
 
     def node_argv(rank, order):
@@ -1245,7 +1275,9 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
         "candidates": [_public(c) for c in candidates],
         "reason": " ".join(filter(None, [
             _reason(chosen, candidates, wanted, measured_best, fingerprint, model["name"], ctx.workload),
-            plan_preflight.describe(ctx.preflight, ctx.preflight is not None)])),
+            plan_preflight.describe(ctx.preflight, ctx.preflight is not None)]
+            + list((ctx.known or {}).get("reasons") or []))),
+        "known_combinations": list((ctx.known or {}).get("applied") or []),
         "link_figures": {"source": "preflight" if ctx.preflight else "tables",
                          "created": (ctx.preflight or {}).get("created"),
                          "cross_socket_p2p": ctx.cross_socket_p2p},

@@ -190,8 +190,13 @@ def test_kv_cache_of_mla_is_per_layer_not_per_head(vnuma):
                                            pp_layer_partition=[39, 39]))["memory"]
     # MLA keeps the latent on every TP rank: half the layers per GPU halves the bytes per token
     assert tp8["kv_bytes_per_token"] == 2 * pp2["kv_bytes_per_token"]
-    # GLM-5 is DSA: fp8 KV on SM 12 (1 byte): (512 + 64 + 128 + 4) x 78 layers
-    assert tp8["kv_bytes_per_token"] == (512 + 64) * 78 + (128 + 4) * 78
+    # GLM-5 is DSA on SM 12: the known combination sm12-mla-kv-bf16 sets a bf16 KV cache (2 bytes for the latent
+    # 512 + 64; the indexer's keys stay fp8 128 + 4 scale bytes) x 78 layers
+    assert tp8["kv_bytes_per_token"] == (512 + 64) * 2 * 78 + (128 + 4) * 78
+    # an FP8 cache the operator asks for is 1 byte
+    fp8 = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8",
+                                           server_args={"kv_cache_dtype": "fp8_e4m3"}))["memory"]
+    assert fp8["kv_bytes_per_token"] == (512 + 64) * 78 + (128 + 4) * 78
     gqa = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("llama-3.1-70b"), layout="tp8"))["memory"]
     assert gqa["kv_bytes_per_token"] == 1 * (128 + 128) * 80 * 2  # 8 KV heads / tp 8, bf16
 

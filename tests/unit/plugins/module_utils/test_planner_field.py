@@ -259,8 +259,9 @@ def test_report_prints_the_launch_and_the_candidates(vnuma):
     lines = planner.render_report(plan)
     launch = [l for l in lines if l.startswith("launch: ")]
     split = plan["env"]["SGLANG_PP_LAYER_PARTITION"]
+    # SGLANG_ENABLE_JIT_DEEPGEMM=0: the known combination sm12-deepgemm-off (SM 12.0 GPUs)
     assert launch == ["launch: CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 "
-                      "SGLANG_PP_LAYER_PARTITION=%s /opt/sglang/venvs/0.5.9/bin/python -m sglang.launch_server " % split
+                      "SGLANG_ENABLE_JIT_DEEPGEMM=0 SGLANG_PP_LAYER_PARTITION=%s /opt/sglang/venvs/0.5.9/bin/python -m sglang.launch_server " % split
                       + " ".join(plan["argv"])]
     first = plan["pp_layer_partition"][0]["last_layer"]
     assert "  stage 0: layers 0-%d on GPUs [0, 1, 2, 3]" % first in lines
