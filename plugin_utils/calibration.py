@@ -2,7 +2,8 @@
 
 Controller-only code (the command is tools/calibration.py; perf/calibration.py and the unit tests call run()):
 
-    tools/calibration.py                 per case: measured and planned order; totals; leave-one-out
+    tools/calibration.py                 per case: measured and planned order; totals; leave-one-out and
+                                         leave-one-source-out
     tools/calibration.py --fit           also fit the efficiency constants (plan_perf.EFFICIENCY) to the set
     tools/calibration.py --fit --write   and write them, with MODEL_ERROR, into plan_perf.py
     tools/calibration.py --json FILE     the figures as JSON
@@ -15,6 +16,8 @@ the spec) and its model directory, at its workload. For each measured layout the
            order counts as right)
   error    per pair |log(predicted ratio / measured ratio)|: its median is plan_perf.MODEL_ERROR
   leave-one-out   the constants fitted without the case, then the case predicted
+  leave-one-source-out   the constants fitted without every case of the case's source (case_source), then those
+                  cases predicted
 
 A layout the planner refuses (does not fit, a rule) predicts 0 tok/s.
 """
@@ -180,20 +183,50 @@ def run(do_fit=False, loo=True, out=sys.stdout):
         s["winner"], s["cases"], 100 * report["winner"], s["pairs_right"], s["pairs"], 100 * report["pairs"],
         report["median_error"]), file=out)
     if loo:
-        w = r = t = 0
-        for k, entries in enumerate(cases):
-            others = cases[:k] + cases[k + 1:]
-            eff_k = fit(others, start=eff)
-            winner, right, total = score_case(entries, eff_k)[:3]
-            w, r, t = w + winner, r + right, t + total
-            report["cases"][k]["loo"] = {"winner_right": winner, "pairs_right": right,
-                                         "changed": {key: round(v, 3) for key, v in eff_k.items()
-                                                     if abs(v - eff[key]) > 1e-9}}
+        groups = [[k] for k in range(len(cases))]
+        w, r, t = held_out(cases, groups, eff, report, "loo")
         report["loo_winner"] = w / float(len(cases))
         report["loo_pairs"] = r / float(t)
         print("leave-one-out: winner agreement %d/%d (%.0f%%), pairwise order %d/%d (%.0f%%)" % (
             w, len(cases), 100 * report["loo_winner"], r, t, 100 * report["loo_pairs"]), file=out)
+        sources = {}
+        for k, case in enumerate(raw):
+            sources.setdefault(case_source(case), []).append(k)
+        w, r, t = held_out(cases, list(sources.values()), eff, report, "loso")
+        report["sources"] = {name: [raw[k]["id"] for k in ks] for name, ks in sources.items()}
+        report["loso_winner"] = w / float(len(cases))
+        report["loso_pairs"] = r / float(t)
+        print("leave-one-source-out (%d sources): winner agreement %d/%d (%.0f%%), pairwise order %d/%d (%.0f%%)" % (
+            len(sources), w, len(cases), 100 * report["loso_winner"], r, t, 100 * report["loso_pairs"]), file=out)
     return report
+
+
+def case_source(case):
+    """Who published a case: its citation's repository (NVIDIA/TensorRT-LLM, gpustack/gpustack, the project's
+    field record), else the host of its address. Leave-one-source-out holds out every case of one source at once, so
+    that cases a source measured alike cannot vouch for each other."""
+    citation = case.get("citation") or {}
+    if citation.get("repo"):
+        return str(citation["repo"])
+    if citation.get("url"):
+        return str(citation["url"]).split("//", 1)[-1].split("/", 1)[0]
+    return case["id"]
+
+
+def held_out(cases, groups, eff, report, key):
+    """Each group of cases predicted with the constants fitted without it: (winners right, pairs right, pairs);
+    report["cases"][k][key] says how case k fared and which constants moved."""
+    w = r = t = 0
+    for group in groups:
+        others = [c for k, c in enumerate(cases) if k not in group]
+        eff_g = fit(others, start=eff)
+        for k in group:
+            winner, right, total = score_case(cases[k], eff_g)[:3]
+            w, r, t = w + winner, r + right, t + total
+            report["cases"][k][key] = {"winner_right": winner, "pairs_right": right,
+                                       "changed": {name: round(v, 3) for name, v in eff_g.items()
+                                                   if abs(v - eff[name]) > 1e-9}}
+    return w, r, t
 
 
 def write_constants(eff, error, path=None):
@@ -215,7 +248,7 @@ def _short(value):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", action="store_true", help="fit the efficiency constants to the set")
-    parser.add_argument("--no-loo", action="store_true", help="skip leave-one-out")
+    parser.add_argument("--no-loo", action="store_true", help="skip leave-one-out and leave-one-source-out")
     parser.add_argument("--json", help="write the figures as JSON to this file")
     parser.add_argument("--write", action="store_true",
                         help="with --fit: write the fitted constants and the model's error into plan_perf.py")
