@@ -414,8 +414,15 @@ def _model_rules(model, c, values, partition, facts):
     return reasons
 
 
-def _global_rules(model, values):
+def _global_rules(model, values, facts=None):
     reasons = []
+    graph = (facts or sglang_facts_0_5_9).CUDA_GRAPH   # the decode graph's sizes under the version's names
+    size = values.get(graph["max_bs_arg"])
+    if size is not None and size < 1:
+        reasons.append("server_args.%s must be at least 1, got %s" % (graph["max_bs_arg"], size))
+    sizes = values.get(graph["bs_arg"])
+    if sizes is not None and (not sizes or any(b < 1 for b in sizes)):
+        reasons.append("server_args.%s must list batch sizes of at least 1, got %s" % (graph["bs_arg"], sizes))
     if values.get("moe_a2a_backend") == "flashinfer" and values.get("moe_runner_backend", "auto") != "flashinfer_cutlass":
         reasons.append("moe_a2a_backend flashinfer needs moe_runner_backend flashinfer_cutlass")
     runner = values.get("moe_runner_backend", "auto")
@@ -1064,7 +1071,7 @@ def _prepare(request):
         reasons.extend(exc.reasons)
         wanted = None
     if facts is not None:
-        reasons.extend(_global_rules(facts, values))
+        reasons.extend(_global_rules(facts, values, version_facts))
         warnings.extend(_model_warnings(facts, values, version_facts or sglang_facts_0_5_9))
     if facts is None or not nodes or len(nodes) != len(topologies) or len(nodes) != nnodes_n or wanted is None:
         raise PlanError(reasons)

@@ -420,3 +420,13 @@ def test_what_pp_refuses_is_the_versions(vnuma):
     assert "layout tp4pp2: pp > 1 cannot run min_free_slots_delay" in reasons
     reasons = refused(vnuma, "tp4pp2", sglang_version="0.5.23", server_args={"speculative_algorithm": "EAGLE"})
     assert "layout tp4pp2: pp > 1 cannot run speculative decoding (EAGLE)" in reasons
+
+
+@pytest.mark.parametrize("version, args, reason", [
+    ("0.5.23", {"cuda_graph_max_bs_decode": 0}, "server_args.cuda_graph_max_bs_decode must be at least 1, got 0"),
+    ("0.5.23", {"cuda_graph_bs_decode": [8, -1]},
+     "server_args.cuda_graph_bs_decode must list batch sizes of at least 1, got [8, -1]"),
+    ("0.5.9", {"cuda_graph_max_bs": -4}, "server_args.cuda_graph_max_bs must be at least 1, got -4"),
+])
+def test_a_bad_decode_graph_size_is_named_in_the_versions_field(vnuma, version, args, reason):
+    assert reason in refused(vnuma, "tp8", sglang_version=version, server_args=args)
