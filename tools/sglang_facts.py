@@ -454,6 +454,16 @@ def running_facts(wheel):
             if isinstance(node, ast.BinOp) and isinstance(node.op, ast.FloorDiv) \
                     and _name(node.left) in ("token_capacity", "max_total_num_tokens") and _const(node.right):
                 kv_share = kv_share or _const(node.right)
+    # does the half-the-tokens cap bind a server arg too? 0.5.9 model_runner: `tokens // 2 if
+    # server_args.max_running_requests is None else max_running_requests // dp_size` (no); 0.5.23 (yes)
+    arg_capped = True
+    for f in (func,) + ((wheel.tree(runner_file),) if wheel.tree(runner_file) else ()):
+        for node in ast.walk(f):
+            if isinstance(node, ast.IfExp) and isinstance(node.test, ast.Compare) \
+                    and _name(node.test.left) == "max_running_requests" and isinstance(node.test.ops[0], ast.Is) \
+                    and any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.FloorDiv) and _const(n.right) == kv_share
+                            for n in ast.walk(node.body)):
+                arg_capped = False
     # 0.5.9 divides by ModelRunner.dp_size, which is dp_size only with --enable-dp-attention (else 1)
     attention_only = divisor == "attn_dp_size"
     if divisor == "dp_size":
@@ -466,7 +476,8 @@ def running_facts(wheel):
                         "attention DP only %s)" % (file, func.name, low, high, per_context, divisor, kv_share,
                                                    attention_only))
     return {"source": "%s:%s" % (file, func.name), "pool_per_context_len": per_context, "pool_min": low,
-            "pool_max": high, "kv_tokens_divisor": kv_share, "server_arg_divided_by": "attention_dp_size"}
+            "pool_max": high, "kv_tokens_divisor": kv_share, "server_arg_capped_by_kv_tokens": arg_capped,
+            "server_arg_divided_by": "attention_dp_size"}
 
 
 # ------------------------------------------------------------------------------------------------ PP

@@ -240,14 +240,16 @@ def sglang_max_running_requests(kv_tokens, context_len, values, attn_dp=1, facts
     version of `facts` (default 0.5.9; RUNNING: 0.5.23 kv_cache_configurator.resolve_max_num_reqs, 0.5.9
     init_memory_pool and model_runner) computes it per scheduler: the server arg divided by the attention-DP size
     only (a plain --dp-size replica gets the whole value), else the request pool max(min(tokens / context_len x
-    512, 4096), 2048); either capped at half the scheduler's KV tokens. With attention DP (attn_dp > 1) each of
-    the replica's attn_dp schedulers holds kv_tokens / attn_dp tokens and its own cap; the replica admits their
-    sum."""
+    512, 4096), 2048); capped at half the scheduler's KV tokens (0.5.9 caps only its own pool so). With attention
+    DP (attn_dp > 1) each of the replica's attn_dp schedulers holds kv_tokens / attn_dp tokens and its own cap;
+    the replica admits their sum."""
     running = (facts or sglang_facts_0_5_9).RUNNING
     workers = max(1, attn_dp) if running["server_arg_divided_by"] == "attention_dp_size" else 1
     tokens = kv_tokens // workers
     if values.get("max_running_requests"):
         per_worker = max(1, values["max_running_requests"] // workers)
+        if not running["server_arg_capped_by_kv_tokens"]:   # 0.5.9: the server arg is not held to tokens / 2
+            return workers * per_worker
     else:
         per_worker = max(min(int(tokens / float(context_len or 4096) * running["pool_per_context_len"]),
                              running["pool_max"]), running["pool_min"])

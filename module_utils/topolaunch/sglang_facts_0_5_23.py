@@ -71,6 +71,7 @@ RUNNING = {'source': 'sglang/srt/mem_cache/kv_cache_configurator.py:resolve_max_
  'pool_min': 2048,
  'pool_max': 4096,
  'kv_tokens_divisor': 2,
+ 'server_arg_capped_by_kv_tokens': True,
  'server_arg_divided_by': 'attention_dp_size'}
 
 PP = {'source': 'sglang/srt/arg_groups/validation_hook.py:check_pipeline_parallel_compat',

@@ -64,6 +64,7 @@ RUNNING = {'source': 'sglang/srt/model_executor/model_runner_kv_cache_mixin.py:i
  'pool_min': 2048,
  'pool_max': 4096,
  'kv_tokens_divisor': 2,
+ 'server_arg_capped_by_kv_tokens': False,
  'server_arg_divided_by': 'attention_dp_size'}
 
 PP = {'source': 'sglang/srt/server_args.py:check_server_args',

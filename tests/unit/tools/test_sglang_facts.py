@@ -96,7 +96,8 @@ def test_known_facts_of_0_5_23():
     assert "requested_per_worker = max(1, max_num_reqs // self.attn_dp_size)" in kvc
     assert "estimated = max(min(estimated, 4096), 2048)" in kvc
     assert (f.RUNNING["pool_min"], f.RUNNING["pool_max"], f.RUNNING["pool_per_context_len"]) == (2048, 4096, 512)
-    assert f.RUNNING["server_arg_divided_by"] == "attention_dp_size"
+    assert "max_num_reqs = min(requested_per_worker, token_capacity // 2)" in kvc
+    assert f.RUNNING["server_arg_divided_by"] == "attention_dp_size" and f.RUNNING["server_arg_capped_by_kv_tokens"]
     assert f.PP["sets"] == {"disable_overlap_schedule": True, "cuda_graph_backend_prefill": "disabled"}
     assert "speculative_algorithm" in f.PP["refuses"] and "enable_mixed_chunk" not in f.PP["refuses"]
 
@@ -121,7 +122,9 @@ def test_known_facts_of_0_5_9():
     # model_runner.py: self.dp_size = server_args.dp_size if server_args.enable_dp_attention else 1
     runner = source("0.5.9", "sglang/srt/model_executor/model_runner.py")
     assert "self.dp_size = server_args.dp_size if server_args.enable_dp_attention else 1" in runner
+    assert "else server_args.max_running_requests // (self.dp_size)" in runner
     assert f.RUNNING["server_arg_divided_by"] == "attention_dp_size"
+    assert f.RUNNING["server_arg_capped_by_kv_tokens"] is False
     # check_server_args: pp > 1 asserts disable_overlap_schedule, no speculative decoding, no mixed chunk
     assert f.PP["refuses"] == ["enable_mixed_chunk", "speculative_algorithm"]
     assert f.SPARSE_ATTENTION_BACKENDS == ["nsa_decode_backend", "nsa_prefill_backend"]

@@ -297,5 +297,9 @@ def test_attention_dp_divides_the_request_cap_among_its_schedulers():
     # 0.5.23 resolve_max_num_reqs: max(1, max_running_requests // attn_dp_size) per attention-DP scheduler
     assert planner.sglang_max_running_requests(800000, 4096, {"max_running_requests": 1024}, attn_dp=8) == 1024
     assert planner.sglang_max_running_requests(800000, 4096, {"max_running_requests": 1024}, attn_dp=1) == 1024
-    # each scheduler holds a share of the tokens: half of it caps its requests
-    assert planner.sglang_max_running_requests(800, 4096, {"max_running_requests": 1024}, attn_dp=8) == 8 * 50
+    # 0.5.23: each scheduler holds a share of the tokens, and half of it caps the server arg too
+    f523 = planner.SGLANG_FACTS["0.5.23"]
+    assert planner.sglang_max_running_requests(800, 4096, {"max_running_requests": 1024}, 8, f523) == 8 * 50
+    # 0.5.9 model_runner: `max_total_num_tokens // 2 if server_args.max_running_requests is None else ...`
+    assert planner.sglang_max_running_requests(800, 4096, {"max_running_requests": 1024}, attn_dp=8) == 1024
+    assert planner.sglang_max_running_requests(800, 4096, {}, attn_dp=8) == 8 * 50
