@@ -7,6 +7,7 @@ Controller-only code (the command is tools/calibration.py; perf/calibration.py a
     tools/calibration.py --fit           also fit the efficiency constants (plan_perf.EFFICIENCY) to the set
     tools/calibration.py --fit --write   and write them, with MODEL_ERROR, into plan_perf.py
     tools/calibration.py --json FILE     the figures as JSON
+    tools/calibration.py --server-args '{"max_running_requests": 1024}'   every case as launched with them
 
 Every case is planned on its GPU spec (read through the real topology reader from NVML answers synthesised from
 the spec) and its model directory, at its workload. For each measured layout the planner's estimate is compared with the measurement:
@@ -66,14 +67,16 @@ def case_workload(case):
     return {"input_len": int(w["input_len"]), "output_len": int(w["output_len"]), "concurrency": int(concurrency)}
 
 
-def replay(case, tmp):
-    """{layout: estimate inputs or None (refused)} for the measured layouts of a case, and their measured values."""
+def replay(case, tmp, server_args=None):
+    """{layout: estimate inputs or None (refused)} for the measured layouts of a case, and their measured values;
+    server_args (ServerArgs names) replays every layout as launched with them."""
     nodes = int(case["hardware"].get("nodes") or 1)
     facts = spec_facts.facts_from_spec(str(spec_path(case["spec"])), tmp)
     request = planner.PlanRequest(
         node_topologies=[facts] * nodes, nnodes=nodes, dist_init_addr="10.0.0.1:50000" if nodes > 1 else None,
         model_path=str(ROOT / case["model"]["config"]), workload=case_workload(case),
-        sglang_version="0.5.9", allow_cross_node_tp=True)   # a measured layout is replayed as it ran
+        sglang_version="0.5.9", allow_cross_node_tp=True,   # a measured layout is replayed as it ran
+        server_args=server_args)
     layouts = []
     for m in case["measured"]:
         layout = planner.parse_layout(m["layout"])
@@ -154,10 +157,10 @@ def fit(cases, start=None, rounds=3, points=13):
     return coordinate_search(lambda eff: objective(cases, eff), start or priors(), list(FIT), rounds, points)
 
 
-def run(do_fit=False, loo=True, out=sys.stdout):
+def run(do_fit=False, loo=True, out=sys.stdout, server_args=None):
     raw = load_cases()
     with tempfile.TemporaryDirectory() as tmp:
-        cases = [replay(c, pathlib.Path(tmp) / c["id"]) for c in raw]
+        cases = [replay(c, pathlib.Path(tmp) / c["id"], server_args) for c in raw]
     eff = fit(cases) if do_fit else dict(plan_perf.EFFICIENCY)
     report = {"cases": [], "efficiency": eff}
     for case, entries in zip(raw, cases):
@@ -250,10 +253,14 @@ def main(argv=None):
     parser.add_argument("--fit", action="store_true", help="fit the efficiency constants to the set")
     parser.add_argument("--no-loo", action="store_true", help="skip leave-one-out and leave-one-source-out")
     parser.add_argument("--json", help="write the figures as JSON to this file")
+    parser.add_argument("--server-args", type=json.loads, default=None, metavar="JSON",
+                        help='replay every case launched with these server args, e.g. \'{"max_running_requests": 1024}\'')
     parser.add_argument("--write", action="store_true",
                         help="with --fit: write the fitted constants and the model's error into plan_perf.py")
     args = parser.parse_args(argv)
-    report = run(do_fit=args.fit, loo=not args.no_loo)
+    if args.server_args is not None and not isinstance(args.server_args, dict):
+        parser.error("--server-args must be a JSON object of ServerArgs names, got %r" % (args.server_args,))
+    report = run(do_fit=args.fit, loo=not args.no_loo, server_args=args.server_args)
     if args.write:
         write_constants(report["efficiency"], report["median_error"])
     if args.json:

@@ -108,3 +108,19 @@ def test_held_out_groups_are_predicted_without_their_own_cases(predicted, monkey
     w, r, t = calibration.held_out(cases, [[0, 1], [2]], {"gemm": 0.5}, report, "loso")
     assert seen == [1, 2] and (w, r, t) == (2, 2, 3)
     assert [c["loso"]["winner_right"] for c in report["cases"]] == [True, False, True]
+
+
+def test_dp_replicas_keep_winning_at_the_fields_request_cap(tmp_path):
+    """GPUStack measured tp4dp2 ahead of tp8ep8 for Qwen3-235B-FP8 on 8 x H100 (NVSwitch). Launched with the
+    field's --max-running-requests 1024, each DP replica still admits 1024 requests (SGLang divides the flag only
+    by the attention-DP size); dividing it by dp twice left 256 per replica and ranked tp8ep8 first."""
+    case = next(c for c in calibration.load_cases() if c["id"] == "vllm-h100x8-qwen3-235b-fp8-sharegpt")
+    entries = calibration.replay(case, tmp_path, {"max_running_requests": 1024})
+    winner, right, total = calibration.score_case(entries, plan_perf.EFFICIENCY)[:3]
+    assert winner and right == total
+    assert all(e["inputs"]["settings"]["max_running_requests"] == 1024 for e in entries if e["layout"] == "tp4dp2")
+
+
+def test_server_args_must_be_an_object():
+    with pytest.raises(SystemExit):
+        calibration.main(["--server-args", "[1]", "--no-loo"])
