@@ -9,7 +9,8 @@ What one version does when the server args leave it to SGLang, read with ``ast``
                     (0.5.9 server_args.ServerArgs._handle_gpu_memory_settings; 0.5.23
                     arg_groups/memory_hook.py handle_gpu_memory_settings and reserve_for_graph_mb)
     CUDA_GRAPH      the server-arg names of the decode graph's max batch size, its batch sizes and its off switch
-                    (0.5.23 renamed cuda_graph_max_bs to cuda_graph_max_bs_decode: arg_groups/cuda_graph_hook.py),
+                    (0.5.23 renamed cuda_graph_max_bs to cuda_graph_max_bs_decode: arg_groups/cuda_graph_hook.py;
+                    its per-phase backend args, None in 0.5.9),
                     the captured batch sizes (the normal, non-speculative list) and whether a defaulted max batch
                     size is capped at max_running_requests
     RUNNING         the cap on running requests of one scheduler: the request pool estimate, the KV-token share,
@@ -379,7 +380,8 @@ def cuda_graph_facts(wheel, memory_func):
     expr = next(s.value for s in normal if isinstance(s, ast.Assign))
     capture = _capture_list(expr, "%s:%s" % (file, func.name))
     appends_max = any(isinstance(n, ast.Call) and _name(n.func) == "append" for n in ast.walk(func))
-    names = {"max_bs": None, "bs": None, "disable": []}
+    names = {"max_bs": None, "bs": None, "disable": [], "backend": None}
+    prefill_names = {"disable": [], "backend": None}
     try:
         fold_file, fold = wheel.function(FOLD_FUNCS, "CUDA_GRAPH names")
     except FactError:
@@ -390,13 +392,16 @@ def cuda_graph_facts(wheel, memory_func):
                 for call in [c for s in node.body for c in ast.walk(s) if isinstance(c, ast.Call)
                              and _name(c.func) == "_set" and len(c.args) == 3]:
                     phase, key = _name(call.args[0]), call.args[1]
-                    if phase != "DECODE" or not isinstance(key, ast.Constant):
+                    if phase not in ("DECODE", "PREFILL") or not isinstance(key, ast.Constant):
                         continue
                     field = _name(node.test.left) if isinstance(node.test, ast.Compare) else _name(node.test)
-                    if key.value in ("max_bs", "bs") and _name(call.args[2]) == field:
+                    into = names if phase == "DECODE" else prefill_names
+                    if key.value in ("max_bs", "bs") and phase == "DECODE" and _name(call.args[2]) == field:
                         names[key.value] = field
-                    elif key.value == "backend" and _name(call.args[2]) == "DISABLED" and field not in names["disable"]:
-                        names["disable"].append(field)
+                    elif key.value == "backend" and _name(call.args[2]) == "DISABLED" and field not in into["disable"]:
+                        into["disable"].append(field)
+                    elif key.value == "backend" and _name(call.args[2]) == field:
+                        into["backend"] = field
     else:   # 0.5.9: ServerArgs fields of their own
         names["max_bs"] = next(iter(_assigned(memory_func.body, ("cuda_graph_max_bs",))), None)
         for node in ast.walk(memory_func):
@@ -413,7 +418,9 @@ def cuda_graph_facts(wheel, memory_func):
             capped = True
     return {"source": "%s:%s" % (file, func.name), "max_bs_arg": names["max_bs"], "bs_arg": names["bs"],
             "disable_args": names["disable"], "capture_bs": dict(capture, appends_max_bs=appends_max),
-            "prefill": prefill_graph_facts(wheel),
+            "backend_arg": names["backend"],
+            "prefill": dict(prefill_graph_facts(wheel), disable_args=prefill_names["disable"],
+                            backend_arg=prefill_names["backend"]),
             "max_bs_capped_by_max_running_requests": capped}
 
 

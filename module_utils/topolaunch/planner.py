@@ -203,10 +203,14 @@ def sglang_memory_defaults(gpu_bytes, tp, pp, values, facts=None, mla=False):
     elif graph["max_bs_capped_by_max_running_requests"] and values.get("max_running_requests"):
         graph_bs = min(graph_bs, values["max_running_requests"])
     decode_off = any(values.get(name) for name in graph["disable_args"]) or \
-        values.get("cuda_graph_backend_decode") == "disabled"
-    prefill_on = graph["prefill"]["default_on"] and not values.get("disable_prefill_cuda_graph") and \
-        values.get("cuda_graph_backend_prefill", "breakable" if pp == 1 or
-                   facts.PP["sets"].get("cuda_graph_backend_prefill") != "disabled" else "disabled") != "disabled"
+        (graph["backend_arg"] is not None and values.get(graph["backend_arg"]) == "disabled")
+    # the prefill graph (0.5.23: on by default; PP turns it off unless a backend is asked for)
+    prefill = graph["prefill"]
+    backend = values.get(prefill["backend_arg"]) if prefill["backend_arg"] else None
+    if backend is None and pp > 1 and facts.PP["sets"].get(prefill["backend_arg"]) == "disabled":
+        backend = "disabled"
+    prefill_on = prefill["default_on"] and backend != "disabled" and \
+        not any(values.get(name) for name in prefill["disable_args"])
     reserved = float(reserve["base_mib"])
     tokens = chunk if chunk > 0 else values.get("max_prefill_tokens", 16384)
     reserved += max(tokens, reserve["activation_min_tokens"]) * reserve["activation_mib_per_token"]

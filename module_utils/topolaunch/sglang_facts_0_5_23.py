@@ -56,6 +56,7 @@ CUDA_GRAPH = {'source': 'sglang/srt/arg_groups/cuda_graph_hook.py:generate_decod
  'capture_bs': {'explicit': [1, 2, 4, 8, 12],
                 'ranges': [[16, 257, 8], [272, 512, 16], [512, None, 32]],
                 'appends_max_bs': True},
+ 'backend_arg': 'cuda_graph_backend_decode',
  'prefill': {'default_on': True,
              'capture_sizes': {'explicit': [],
                                'ranges': [[4, 33, 4],
@@ -63,7 +64,9 @@ CUDA_GRAPH = {'source': 'sglang/srt/arg_groups/cuda_graph_hook.py:generate_decod
                                           [288, 513, 32],
                                           [576, 1025, 64],
                                           [1280, 4097, 256],
-                                          [4608, None, 512]]}},
+                                          [4608, None, 512]]},
+             'disable_args': ['disable_cuda_graph', 'disable_prefill_cuda_graph'],
+             'backend_arg': 'cuda_graph_backend_prefill'},
  'max_bs_capped_by_max_running_requests': True}
 
 RUNNING = {'source': 'sglang/srt/mem_cache/kv_cache_configurator.py:resolve_max_num_reqs',

@@ -56,7 +56,8 @@ CUDA_GRAPH = {'source': 'sglang/srt/server_args.py:_generate_cuda_graph_batch_si
  'capture_bs': {'explicit': [1, 2, 4, 8, 12],
                 'ranges': [[16, 257, 8], [272, 512, 16], [512, None, 32]],
                 'appends_max_bs': False},
- 'prefill': {'default_on': False, 'capture_sizes': None},
+ 'backend_arg': None,
+ 'prefill': {'default_on': False, 'capture_sizes': None, 'disable_args': [], 'backend_arg': None},
  'max_bs_capped_by_max_running_requests': False}
 
 RUNNING = {'source': 'sglang/srt/model_executor/model_runner_kv_cache_mixin.py:init_memory_pool',

@@ -364,6 +364,11 @@ def test_0_5_23_memory_defaults_are_its_own():
     # PP turns the prefill graph off (cuda_graph_hook: breakable prefill disabled under pp > 1)
     pp2 = 512 + 8192 * 1.5 + 512 * 2 + 1024
     assert planner.sglang_default_mem_fraction(97887 << 20, 4, 2, {}, F523) == round((97887 - pp2) / 97887, 3)
+    # ... unless a prefill backend is asked for; the per-phase off switch drops its reserve
+    asked = {"cuda_graph_backend_prefill": "breakable"}
+    assert planner.sglang_default_mem_fraction(97887 << 20, 4, 2, asked, F523) == round((97887 - reserved) / 97887, 3)
+    off = {"disable_prefill_cuda_graph": True}
+    assert planner.sglang_default_mem_fraction(97887 << 20, 8, 1, off, F523) == round((97887 - pp2) / 97887, 3)
     # a 24 GB card: 0.5.23's bracket is chunk 4096, decode max_bs 48 at tp < 4 (0.5.9: 2048 and 24)
     d = planner.sglang_memory_defaults(24564 << 20, 1, 1, {}, F523)
     assert (d["chunked_prefill_size"], d["cuda_graph_max_bs"]) == (4096, 48)
