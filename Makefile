@@ -36,8 +36,9 @@ lock: ## regenerate requirements.txt from requirements.in
 sglang-wheel: setup ## every supported SGLang version's wheel (cached in build/wheels): flags are read with ast, never imported
 	$(BIN)/python tools/sglang_flags.py --download
 
-sglang-flags: sglang-wheel ## regenerate every supported version's flag table (module_utils/topolaunch/sglang_flags_*.py)
+sglang-flags: sglang-wheel ## regenerate every supported version's flag and facts tables (module_utils/topolaunch/sglang_{flags,facts}_*.py)
 	$(BIN)/python tools/sglang_flags.py --all
+	$(BIN)/python tools/sglang_facts.py --all
 
 fakenvml: ## build the fake libnvidia-ml.so.1 and the nvidia-smi stand-in
 	$(MAKE) -C lab/fakenvml OUT=$(CURDIR)/build/fakenvml

@@ -2,10 +2,12 @@
 
 Controller-only code (the command is tools/calibration.py; perf/calibration.py and the unit tests call run()):
 
-    tools/calibration.py                 per case: measured and planned order; totals; leave-one-out
+    tools/calibration.py                 per case: measured and planned order; totals; leave-one-out and
+                                         leave-one-source-out
     tools/calibration.py --fit           also fit the efficiency constants (plan_perf.EFFICIENCY) to the set
     tools/calibration.py --fit --write   and write them, with MODEL_ERROR, into plan_perf.py
     tools/calibration.py --json FILE     the figures as JSON
+    tools/calibration.py --server-args '{"max_running_requests": 1024}'   every case as launched with them
 
 Every case is planned on its GPU spec (read through the real topology reader from NVML answers synthesised from
 the spec) and its model directory, at its workload. For each measured layout the planner's estimate is compared with the measurement:
@@ -15,6 +17,8 @@ the spec) and its model directory, at its workload. For each measured layout the
            order counts as right)
   error    per pair |log(predicted ratio / measured ratio)|: its median is plan_perf.MODEL_ERROR
   leave-one-out   the constants fitted without the case, then the case predicted
+  leave-one-source-out   the constants fitted without every case of the case's source (case_source), then those
+                  cases predicted
 
 A layout the planner refuses (does not fit, a rule) predicts 0 tok/s.
 """
@@ -63,14 +67,16 @@ def case_workload(case):
     return {"input_len": int(w["input_len"]), "output_len": int(w["output_len"]), "concurrency": int(concurrency)}
 
 
-def replay(case, tmp):
-    """{layout: estimate inputs or None (refused)} for the measured layouts of a case, and their measured values."""
+def replay(case, tmp, server_args=None):
+    """{layout: estimate inputs or None (refused)} for the measured layouts of a case, and their measured values;
+    server_args (ServerArgs names) replays every layout as launched with them."""
     nodes = int(case["hardware"].get("nodes") or 1)
     facts = spec_facts.facts_from_spec(str(spec_path(case["spec"])), tmp)
     request = planner.PlanRequest(
         node_topologies=[facts] * nodes, nnodes=nodes, dist_init_addr="10.0.0.1:50000" if nodes > 1 else None,
         model_path=str(ROOT / case["model"]["config"]), workload=case_workload(case),
-        sglang_version="0.5.9", allow_cross_node_tp=True)   # a measured layout is replayed as it ran
+        sglang_version="0.5.9", allow_cross_node_tp=True,   # a measured layout is replayed as it ran
+        server_args=server_args)
     layouts = []
     for m in case["measured"]:
         layout = planner.parse_layout(m["layout"])
@@ -151,10 +157,10 @@ def fit(cases, start=None, rounds=3, points=13):
     return coordinate_search(lambda eff: objective(cases, eff), start or priors(), list(FIT), rounds, points)
 
 
-def run(do_fit=False, loo=True, out=sys.stdout):
+def run(do_fit=False, loo=True, out=sys.stdout, server_args=None):
     raw = load_cases()
     with tempfile.TemporaryDirectory() as tmp:
-        cases = [replay(c, pathlib.Path(tmp) / c["id"]) for c in raw]
+        cases = [replay(c, pathlib.Path(tmp) / c["id"], server_args) for c in raw]
     eff = fit(cases) if do_fit else dict(plan_perf.EFFICIENCY)
     report = {"cases": [], "efficiency": eff}
     for case, entries in zip(raw, cases):
@@ -180,20 +186,50 @@ def run(do_fit=False, loo=True, out=sys.stdout):
         s["winner"], s["cases"], 100 * report["winner"], s["pairs_right"], s["pairs"], 100 * report["pairs"],
         report["median_error"]), file=out)
     if loo:
-        w = r = t = 0
-        for k, entries in enumerate(cases):
-            others = cases[:k] + cases[k + 1:]
-            eff_k = fit(others, start=eff)
-            winner, right, total = score_case(entries, eff_k)[:3]
-            w, r, t = w + winner, r + right, t + total
-            report["cases"][k]["loo"] = {"winner_right": winner, "pairs_right": right,
-                                         "changed": {key: round(v, 3) for key, v in eff_k.items()
-                                                     if abs(v - eff[key]) > 1e-9}}
+        groups = [[k] for k in range(len(cases))]
+        w, r, t = held_out(cases, groups, eff, report, "loo")
         report["loo_winner"] = w / float(len(cases))
         report["loo_pairs"] = r / float(t)
         print("leave-one-out: winner agreement %d/%d (%.0f%%), pairwise order %d/%d (%.0f%%)" % (
             w, len(cases), 100 * report["loo_winner"], r, t, 100 * report["loo_pairs"]), file=out)
+        sources = {}
+        for k, case in enumerate(raw):
+            sources.setdefault(case_source(case), []).append(k)
+        w, r, t = held_out(cases, list(sources.values()), eff, report, "loso")
+        report["sources"] = {name: [raw[k]["id"] for k in ks] for name, ks in sources.items()}
+        report["loso_winner"] = w / float(len(cases))
+        report["loso_pairs"] = r / float(t)
+        print("leave-one-source-out (%d sources): winner agreement %d/%d (%.0f%%), pairwise order %d/%d (%.0f%%)" % (
+            len(sources), w, len(cases), 100 * report["loso_winner"], r, t, 100 * report["loso_pairs"]), file=out)
     return report
+
+
+def case_source(case):
+    """Who published a case: its citation's repository (NVIDIA/TensorRT-LLM, gpustack/gpustack, the project's
+    field record), else the host of its address. Leave-one-source-out holds out every case of one source at once, so
+    that cases a source measured alike cannot vouch for each other."""
+    citation = case.get("citation") or {}
+    if citation.get("repo"):
+        return str(citation["repo"])
+    if citation.get("url"):
+        return str(citation["url"]).split("//", 1)[-1].split("/", 1)[0]
+    return case["id"]
+
+
+def held_out(cases, groups, eff, report, key):
+    """Each group of cases predicted with the constants fitted without it: (winners right, pairs right, pairs);
+    report["cases"][k][key] says how case k fared and which constants moved."""
+    w = r = t = 0
+    for group in groups:
+        others = [c for k, c in enumerate(cases) if k not in group]
+        eff_g = fit(others, start=eff)
+        for k in group:
+            winner, right, total = score_case(cases[k], eff_g)[:3]
+            w, r, t = w + winner, r + right, t + total
+            report["cases"][k][key] = {"winner_right": winner, "pairs_right": right,
+                                       "changed": {name: round(v, 3) for name, v in eff_g.items()
+                                                   if abs(v - eff[name]) > 1e-9}}
+    return w, r, t
 
 
 def write_constants(eff, error, path=None):
@@ -215,12 +251,16 @@ def _short(value):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fit", action="store_true", help="fit the efficiency constants to the set")
-    parser.add_argument("--no-loo", action="store_true", help="skip leave-one-out")
+    parser.add_argument("--no-loo", action="store_true", help="skip leave-one-out and leave-one-source-out")
     parser.add_argument("--json", help="write the figures as JSON to this file")
+    parser.add_argument("--server-args", type=json.loads, default=None, metavar="JSON",
+                        help='replay every case launched with these server args, e.g. \'{"max_running_requests": 1024}\'')
     parser.add_argument("--write", action="store_true",
                         help="with --fit: write the fitted constants and the model's error into plan_perf.py")
     args = parser.parse_args(argv)
-    report = run(do_fit=args.fit, loo=not args.no_loo)
+    if args.server_args is not None and not isinstance(args.server_args, dict):
+        parser.error("--server-args must be a JSON object of ServerArgs names, got %r" % (args.server_args,))
+    report = run(do_fit=args.fit, loo=not args.no_loo, server_args=args.server_args)
     if args.write:
         write_constants(report["efficiency"], report["median_error"])
     if args.json:

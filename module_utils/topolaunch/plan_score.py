@@ -310,7 +310,8 @@ def estimate(model, layout, stages, links, gpu, workload, kv_tokens, settings, s
 
     stages: per PP stage {index, layers, dense_layers, moe_layers, last}. links: Links of a replica.
     gpu: plan_perf.gpu_perf(). workload: check_workload()'s. kv_tokens: KV tokens a replica holds.
-    settings: {cuda_graph_max_bs, chunked_prefill_size, max_running_requests, overlap, kv_bytes}.
+    settings: {cuda_graph_max_bs, chunked_prefill_size, max_running_requests (SGLang's cap of one replica), overlap,
+    kv_bytes}.
     """
     eff = eff or plan_perf.EFFICIENCY
     shape = shape or Shape(model, settings["kv_bytes"])
@@ -321,8 +322,8 @@ def estimate(model, layout, stages, links, gpu, workload, kv_tokens, settings, s
     per_replica = max(1, int(math.ceil(conc / float(active))))
     footprint = inp + out / 2.0
     capacity = int(kv_tokens // footprint) if kv_tokens > 0 else 0
-    running = settings.get("max_running_requests") or 4096
-    batch = max(0, min(per_replica, capacity, max(1, running // dp)))
+    running = max(1, settings.get("max_running_requests") or 4096)   # per replica (planner)
+    batch = max(0, min(per_replica, capacity, running))
     result = {"precision": precision, "batch": min(conc, batch * active), "kv_capacity_requests": capacity * dp,
               "micro_batch": 0, "pp_bubble": 0.0, "tokens_per_s": 0.0}
     if batch < 1:
@@ -361,7 +362,7 @@ def estimate(model, layout, stages, links, gpu, workload, kv_tokens, settings, s
         "pp_bubble": round(bubble, 3),
         "step_ms": round(cycle * 1e3, 3),
         "prefill_ms_per_request": round(prefill_per_request * 1e3, 3),
-        "limit": "kv" if capacity < min(per_replica, running // dp) else "concurrency",
+        "limit": "kv" if capacity < min(per_replica, running) else "concurrency",
     })
     # the parts of one decode step (per GPU of the slowest stage, x pp micro-batches)
     for key in ("compute", "weights", "kv", "comm", "overhead", "cpu"):

@@ -66,7 +66,9 @@ import math
 import os
 import re
 
-from . import constants, known_combinations, model_config, plan_nodes, plan_perf, plan_preflight
+from . import (constants, known_combinations, model_config, plan_nodes, plan_perf, plan_preflight, sglang_facts_0_5_9,
+               sglang_facts_0_5_23)
+from .constants import base_version
 from .plan_args import FlagIndex, PLANNER_FLAGS, check_server_args, supported_versions, text_problem
 from .plan_score import Links, Shape, check_workload, estimate, gemm_peak, stage_time
 from .plan_topology import NodeTopology, nccl_env
@@ -80,6 +82,14 @@ KV_DTYPE_BYTES = {"fp8_e5m2": 1, "fp8_e4m3": 1, "bf16": 2, "bfloat16": 2, "fp4_e
 MEASURE_HINT = "layout: tune or playbooks/sweep.yml measures them on this machine; measured results then decide"
 
 _LAYOUT_PART = re.compile(r"(tp|pp|dp|ep)(\d+)")
+# What each supported SGLang version does when the server args leave it to SGLang (memory defaults, CUDA graph
+# sizes and their names, the request cap, what PP turns off), extracted from its wheel by tools/sglang_facts.py.
+SGLANG_FACTS = {m.VERSION: m for m in (sglang_facts_0_5_9, sglang_facts_0_5_23)}
+
+
+def sglang_facts(version):
+    """The facts table of a version (a local label is ignored: 0.5.9+sim is 0.5.9); KeyError when none."""
+    return SGLANG_FACTS[base_version(str(version))]
 
 
 class PlanError(ValueError):
@@ -165,54 +175,94 @@ def default_partition(layers, pp):
 # ----------------------------------------------------------------------------------------------------- memory
 
 
-def sglang_memory_defaults(gpu_bytes, tp, pp, values):
-    """What SGLang 0.5.9 sets when the server args leave them unset (server_args._handle_gpu_memory_settings), for
-    the cases the planner supports (no DP attention; piecewise CUDA graphs and VLM adjustments not modelled):
-    {mem_fraction_static, chunked_prefill_size, cuda_graph_max_bs}; server args that are set win."""
-    gpu_mem = gpu_bytes / float(MIB)  # SGLang reads nvidia-smi memory.total in MiB
-    if gpu_mem < 20 * 1024:
-        chunk, graph_bs = 2048, 8
-    elif gpu_mem < 35 * 1024:
-        chunk, graph_bs = 2048, (24 if tp < 4 else 80)
-    elif gpu_mem < 60 * 1024:
-        chunk, graph_bs = 4096, (32 if tp < 4 else 160)
-    elif gpu_mem < 160 * 1024:
-        chunk, graph_bs = 8192, (256 if tp < 4 else 512)
-    else:
-        chunk, graph_bs = 16384, 512
+def _capture_sizes(capture, max_bs):
+    """A CUDA graph's captured sizes up to max_bs from the table's {explicit, ranges} (a range stop of None runs to
+    max_bs)."""
+    sizes = list(capture["explicit"])
+    for start, stop, step in capture["ranges"]:
+        sizes.extend(range(start, stop if stop is not None else max_bs + 1, step))
+    sizes = [x for x in sizes if x <= max_bs]
+    if capture.get("appends_max_bs") and max_bs not in sizes:
+        sizes.append(max_bs)
+    return sizes
+
+
+def sglang_memory_defaults(gpu_bytes, tp, pp, values, facts=None, mla=False):
+    """What the SGLang version of `facts` (default 0.5.9) sets when the server args leave them unset
+    (MEMORY: its _handle_gpu_memory_settings / handle_gpu_memory_settings), for the cases the planner supports
+    (no DP attention; VLM adjustments not modelled): {mem_fraction_static, chunked_prefill_size,
+    cuda_graph_max_bs (the decode graph's; 0 without one)}. Server args that are set win, under the version's
+    names (CUDA_GRAPH: cuda_graph_max_bs in 0.5.9, cuda_graph_max_bs_decode in 0.5.23)."""
+    facts = facts or sglang_facts_0_5_9
+    memory, graph, reserve = facts.MEMORY, facts.CUDA_GRAPH, facts.MEMORY["reserve"]
+    gpu_mem = gpu_bytes / float(MIB)  # SGLang reads the device memory in MiB
+    row = next(b for b in memory["brackets"] if b["below_mib"] is None or gpu_mem < b["below_mib"])
+    chunk, graph_bs = row["chunked_prefill_size"], row["cuda_graph_max_bs"]
+    if row["small_tp_below"] is not None and tp < row["small_tp_below"]:
+        graph_bs = row["small_tp_cuda_graph_max_bs"]
     chunk = values.get("chunked_prefill_size", chunk)
-    graph_bs = values.get("cuda_graph_max_bs", graph_bs)
-    reserved = 512.0
-    if chunk > 0:
-        reserved += max(chunk, 2048) * 1.5
-    else:
-        reserved += max(values.get("max_prefill_tokens", 16384), 2048) * 1.5
-    reserved += graph_bs * 2
-    reserved += tp * pp / 8.0 * 1024
-    if gpu_mem > 60 * 1024:
-        reserved = max(reserved, 10 * 1024)
-    algo = values.get("speculative_algorithm")
-    if algo == "STANDALONE":
-        reserved += 6 * 1024
-    elif algo is not None and algo != "NGRAM":
-        reserved += 2 * 1024
+    if values.get(graph["bs_arg"]):
+        graph_bs = max(values[graph["bs_arg"]])
+    elif values.get(graph["max_bs_arg"]) is not None:
+        graph_bs = values[graph["max_bs_arg"]]
+    elif graph["max_bs_capped_by_max_running_requests"] and values.get("max_running_requests"):
+        graph_bs = min(graph_bs, values["max_running_requests"])
+    decode_off = any(values.get(name) for name in graph["disable_args"]) or \
+        (graph["backend_arg"] is not None and values.get(graph["backend_arg"]) == "disabled")
+    # the prefill graph (0.5.23: on by default; PP turns it off unless a backend is asked for)
+    prefill = graph["prefill"]
+    backend = values.get(prefill["backend_arg"]) if prefill["backend_arg"] else None
+    if backend is None and pp > 1 and facts.PP["sets"].get(prefill["backend_arg"]) == "disabled":
+        backend = "disabled"
+    prefill_on = prefill["default_on"] and backend != "disabled" and \
+        not any(values.get(name) for name in prefill["disable_args"])
+    reserved = float(reserve["base_mib"])
+    tokens = chunk if chunk > 0 else values.get("max_prefill_tokens", 16384)
+    reserved += max(tokens, reserve["activation_min_tokens"]) * reserve["activation_mib_per_token"]
+    if reserve["graph_reserve_when_disabled"] or not decode_off:
+        reserved += graph_bs * reserve["graph_mib_per_bs"]
+    reserved += tp * pp * reserve["parallel_mib_per_gpu"]
+    if prefill_on and chunk > 0:
+        if mla:
+            reserved += reserve["prefill_graph_mla_mib"]
+        else:
+            reserved += len(_capture_sizes(graph["prefill"]["capture_sizes"], chunk)) * \
+                reserve["prefill_graph_mib_per_size"]
+    if gpu_mem > reserve["floor_above_mib"]:
+        reserved = max(reserved, reserve["floor_mib"])
+    algo, spec = values.get("speculative_algorithm"), memory["speculative_reserve_mib"]
+    if algo is not None and spec:
+        reserved += spec.get(algo, 0 if algo in spec.get("except", []) else spec.get("*", 0))
     fraction = values.get("mem_fraction_static") or round((gpu_mem - reserved) / gpu_mem, 3)
     return {"mem_fraction_static": fraction, "chunked_prefill_size": chunk if chunk > 0 else 8192,
-            "cuda_graph_max_bs": 0 if values.get("disable_cuda_graph") else graph_bs}
+            "cuda_graph_max_bs": 0 if decode_off else graph_bs}
 
 
-def sglang_default_mem_fraction(gpu_bytes, tp, pp, values):
-    """mem_fraction_static as SGLang 0.5.9 computes it when unset."""
-    return sglang_memory_defaults(gpu_bytes, tp, pp, dict(values, mem_fraction_static=None))["mem_fraction_static"]
+def sglang_default_mem_fraction(gpu_bytes, tp, pp, values, facts=None, mla=False):
+    """mem_fraction_static as the SGLang version of `facts` (default 0.5.9) computes it when unset."""
+    return sglang_memory_defaults(gpu_bytes, tp, pp, dict(values, mem_fraction_static=None), facts,
+                                  mla)["mem_fraction_static"]
 
 
-def sglang_max_running_requests(kv_tokens, context_len, values, dp):
-    """SGLang's cap on running requests per replica (model_runner: min(max_total_num_tokens // 2, the request
-    pool: max(max_total_num_tokens / context_len * 512, 2048) capped at 4096)), or the server arg / dp."""
+def sglang_max_running_requests(kv_tokens, context_len, values, attn_dp=1, facts=None):
+    """SGLang's cap on the running requests of one replica (a --dp-size replica is its own scheduler), as the
+    version of `facts` (default 0.5.9; RUNNING: 0.5.23 kv_cache_configurator.resolve_max_num_reqs, 0.5.9
+    init_memory_pool and model_runner) computes it per scheduler: the server arg divided by the attention-DP size
+    only (a plain --dp-size replica gets the whole value), else the request pool max(min(tokens / context_len x
+    512, 4096), 2048); capped at half the scheduler's KV tokens (0.5.9 caps only its own pool so). With attention
+    DP (attn_dp > 1) each of the replica's attn_dp schedulers holds kv_tokens / attn_dp tokens and its own cap;
+    the replica admits their sum."""
+    running = (facts or sglang_facts_0_5_9).RUNNING
+    workers = max(1, attn_dp) if running["server_arg_divided_by"] == "attention_dp_size" else 1
+    tokens = kv_tokens // workers
     if values.get("max_running_requests"):
-        return max(1, values["max_running_requests"] // dp)
-    pool = min(max(int(kv_tokens / float(context_len or 4096) * 512), 2048), 4096)
-    return max(1, min(kv_tokens // 2, pool))
+        per_worker = max(1, values["max_running_requests"] // workers)
+        if not running["server_arg_capped_by_kv_tokens"]:   # 0.5.9: the server arg is not held to tokens / 2
+            return workers * per_worker
+    else:
+        per_worker = max(min(int(tokens / float(context_len or 4096) * running["pool_per_context_len"]),
+                             running["pool_max"]), running["pool_min"])
+    return workers * max(1, min(per_worker, tokens // running["kv_tokens_divisor"]))
 
 
 def kv_dtype_bytes(model, values, compute_capability):
@@ -317,7 +367,7 @@ def _int_input(value, name, reasons, low=None, high=None):
 # ----------------------------------------------------------------------------------------------------- rules
 
 
-def _model_rules(model, c, values, partition):
+def _model_rules(model, c, values, partition, facts):
     tp, pp, ep = c["tp"], c["pp"], c["ep"]
     reasons = []
     if model["num_heads"] % tp:
@@ -366,16 +416,24 @@ def _model_rules(model, c, values, partition):
         elif any(p < 1 for p in partition) or sum(partition) != model["num_layers"]:
             reasons.append("pp_layer_partition %s must give every stage >= 1 layer and sum to %d layers"
                            % (partition, model["num_layers"]))
-    if pp > 1:
-        if values.get("speculative_algorithm"):
-            reasons.append("pp > 1 cannot run speculative decoding (%s)" % values["speculative_algorithm"])
-        if values.get("enable_mixed_chunk"):
-            reasons.append("pp > 1 cannot run enable_mixed_chunk")
+    if pp > 1:   # what the version refuses with PP in ordinary (not disaggregated) serving: its PP facts
+        for name in facts.PP["refuses"]:
+            if values.get(name) and name == "speculative_algorithm":
+                reasons.append("pp > 1 cannot run speculative decoding (%s)" % values[name])
+            elif values.get(name) is not None and values.get(name) is not False:
+                reasons.append("pp > 1 cannot run %s" % name)
     return reasons
 
 
-def _global_rules(model, values):
+def _global_rules(model, values, facts=None):
     reasons = []
+    graph = (facts or sglang_facts_0_5_9).CUDA_GRAPH   # the decode graph's sizes under the version's names
+    size = values.get(graph["max_bs_arg"])
+    if size is not None and size < 1:
+        reasons.append("server_args.%s must be at least 1, got %s" % (graph["max_bs_arg"], size))
+    sizes = values.get(graph["bs_arg"])
+    if sizes is not None and (not sizes or any(b < 1 for b in sizes)):
+        reasons.append("server_args.%s must list batch sizes of at least 1, got %s" % (graph["bs_arg"], sizes))
     if values.get("moe_a2a_backend") == "flashinfer" and values.get("moe_runner_backend", "auto") != "flashinfer_cutlass":
         reasons.append("moe_a2a_backend flashinfer needs moe_runner_backend flashinfer_cutlass")
     runner = values.get("moe_runner_backend", "auto")
@@ -395,14 +453,14 @@ def _global_rules(model, values):
     return reasons
 
 
-def _model_warnings(model, values):
+def _model_warnings(model, values, facts):
     warnings = []
     if not model["moe"] and (values.get("moe_runner_backend", "auto") != "auto"
                              or values.get("moe_a2a_backend", "none") != "none"):
         warnings.append("moe_runner_backend / moe_a2a_backend are set but the model has no experts")
-    if not model["nsa"] and (values.get("nsa_prefill_backend") or values.get("nsa_decode_backend")):
-        warnings.append("nsa_prefill_backend / nsa_decode_backend only apply to DSA (NSA) models such as GLM-5 "
-                        "and DeepSeek V3.2")
+    sparse = [name for name in facts.SPARSE_ATTENTION_BACKENDS if values.get(name)]
+    if not model["nsa"] and sparse:
+        warnings.append("%s only apply to DSA (NSA) models such as GLM-5 and DeepSeek V3.2" % " / ".join(sparse))
     return warnings
 
 
@@ -435,6 +493,7 @@ class _Context:
         self.compute_capability = first.get("compute_capability")
         self.gpu = plan_perf.gpu_perf(self.gpu_names[0], self.compute_capability)
         self.overlap = not values.get("disable_overlap_schedule", False)
+        self.sglang = sglang_facts_0_5_9   # the installed version's facts (_prepare sets them)
         self.kv_bytes = kv_dtype_bytes(model, values, self.compute_capability)
         self.shape = Shape(model, self.kv_bytes)
 
@@ -463,7 +522,7 @@ def evaluate(ctx, c):
     if ctx.partition is not None and len(ctx.partition) == pp and all(p >= 1 for p in ctx.partition) \
             and sum(ctx.partition) == model["num_layers"]:
         partition = ctx.partition
-    reasons.extend(_model_rules(model, c, ctx.values, ctx.partition))
+    reasons.extend(_model_rules(model, c, ctx.values, ctx.partition, ctx.sglang))
     if pp > 1 and ep > 1 and ctx.values.get("moe_a2a_backend") == "flashinfer":
         # sglang/srt/layers/moe/token_dispatcher/flashinfer.py builds its Mapping with pp_size=1
         out["warnings"].append("pp > 1 with ep > 1 through the flashinfer all-to-all: its dispatcher is built with "
@@ -510,11 +569,12 @@ def evaluate(ctx, c):
         gpu_bytes = min(node.memory_total(g) for node in ctx.nodes for g in node.indices) if ctx.nodes[0].indices else 0
         cc = None
     if gpu_bytes and model["num_layers"] >= pp:
-        defaults = sglang_memory_defaults(gpu_bytes, tp, pp, ctx.values)
+        defaults = sglang_memory_defaults(gpu_bytes, tp, pp, ctx.values, ctx.sglang, model["mla"])
         fraction = defaults["mem_fraction_static"]
         memory, stages = memory_estimate(model, tp, partition, gpu_bytes, fraction, ctx.kv_bytes,
                                          c.get("attn_dp", 1))
-        memory["mem_fraction_source"] = "server_args" if ctx.values.get("mem_fraction_static") else "sglang_0.5.9_default"
+        memory["mem_fraction_source"] = "server_args" if ctx.values.get("mem_fraction_static") else \
+            "sglang_%s_default" % ctx.sglang.VERSION
         out["memory"] = memory
         if not memory["fits"]:
             reasons.append("does not fit: %s of weights per GPU + %s KV reserve (%d tokens) > %s usable (%s GPU x "
@@ -542,7 +602,7 @@ def _estimate(ctx, c, partition, memory, defaults, links):
         "cuda_graph_max_bs": defaults["cuda_graph_max_bs"],
         "chunked_prefill_size": defaults["chunked_prefill_size"],
         "max_running_requests": sglang_max_running_requests(memory["kv_tokens"], ctx.model["context_length"],
-                                                            ctx.values, c["dp"]),
+                                                            ctx.values, c.get("attn_dp", 1), ctx.sglang),
         "overlap": ctx.overlap,
         "kv_bytes": ctx.kv_bytes,
     }
@@ -916,6 +976,14 @@ def _prepare(request):
         reasons.append("sglang_version %s has no flag table (supported: %s); extract one with "
                        "tools/sglang_flags.py --version %s"
                        % (sglang_version, ", ".join(supported_versions()), sglang_version))
+    version_facts = None
+    if index is not None:
+        try:
+            version_facts = sglang_facts(index.version)
+        except KeyError:
+            reasons.append("sglang_version %s has no facts table (supported: %s); extract one with "
+                           "tools/sglang_facts.py --all after adding its wheel" % (
+                               sglang_version, ", ".join(sorted(SGLANG_FACTS))))
     if index is not None:
         missing = [f for f in PLANNER_FLAGS if not index.has(f)]
         if missing:
@@ -1021,13 +1089,14 @@ def _prepare(request):
         reasons.extend(exc.reasons)
         wanted = None
     if facts is not None:
-        reasons.extend(_global_rules(facts, values))
-        warnings.extend(_model_warnings(facts, values))
+        reasons.extend(_global_rules(facts, values, version_facts))
+        warnings.extend(_model_warnings(facts, values, version_facts or sglang_facts_0_5_9))
     if facts is None or not nodes or len(nodes) != len(topologies) or len(nodes) != nnodes_n or wanted is None:
         raise PlanError(reasons)
 
     ctx = _Context(facts, nodes, values, nnodes_n, partition, workload)
     ctx.known = known
+    ctx.sglang = version_facts or sglang_facts_0_5_9   # an unknown version is refused above
     _use_preflight(ctx, record, r.nccl_topo_file, reasons, warnings)
     ctx.fit = _machine_fit(r.fits, {facts["name"], served, os.path.basename(str(model_path).rstrip("/"))
                                     if model_path else None} - {None},

@@ -241,3 +241,15 @@ def test_all_failed_gives_nan_latencies_like_numpy():
         m, _ = bench_serving.calculate_metrics(rows, [bench_serving.RequestFuncOutput()], 1.0)
     assert m["completed"] == 0 and m["mean_ttft_ms"] == 0.0 and math.isnan(m["mean_e2e_latency_ms"])
     assert json.loads(json.dumps(m))["completed"] == 0
+
+
+def test_a_dp_replica_gets_the_whole_request_cap(monkeypatch, tmp_path):
+    """SGLang divides --max-running-requests only by the attention-DP size (0.5.9 ModelRunner.dp_size is 1 without
+    --enable-dp-attention): each of --dp-size 2's replicas admits the whole 64."""
+    monkeypatch.setenv("SGLANG_SIM_GPU_SPEC", str(SPECS / "proxmox-8x-rtx-pro-6000-vnuma.json"))
+    monkeypatch.setenv("FAKE_NVML_STATE_DIR", str(tmp_path))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    launcher = Launcher(["--model-path", str(MODELS / "llama-3.1-70b"), "--tp-size", "4", "--dp-size", "2",
+                         "--max-running-requests", "64"])
+    launcher.prepare()
+    assert {p["sched"]["max_running_requests"] for p in launcher.plan_ranks()} == {64}

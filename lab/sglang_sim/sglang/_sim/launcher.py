@@ -289,8 +289,10 @@ class Launcher:
                 "mla": model.is_mla, "quant": self.quant_log_str(), "sched": {
                     "chunked_prefill_size": args.chunked_prefill_size,
                     "max_prefill_tokens": args.max_prefill_tokens,
+                    # divided by the attention-DP size only: a plain --dp-size replica gets the whole value
                     "max_running_requests": validate.max_running_requests(
-                        tokens, self.context_len(), args.max_running_requests, args.dp_size),
+                        tokens, self.context_len(), args.max_running_requests,
+                        (args.get("attn_dp_size") or args.dp_size) if dp_attention else 1),
                     "context_len": self.context_len()},
             })
         return plans

@@ -131,7 +131,9 @@ def memory_plan(total, reserved, others, weights, mem_fraction_static, world_ava
 
 
 def max_running_requests(max_total_num_tokens, context_len, requested, dp_size=1):
-    """ModelRunner.max_running_requests in 0.5.9."""
+    """ModelRunner.max_running_requests in 0.5.9; dp_size is ModelRunner.dp_size, the attention-DP size (1 without
+    DP attention: 59:sglang/srt/model_executor/model_runner.py `self.dp_size = server_args.dp_size if
+    server_args.enable_dp_attention else 1`)."""
     if requested is not None:
         return min(requested // dp_size, max(max_total_num_tokens, 1))
     pool = min(max(int(max_total_num_tokens / context_len * 512), 2048), 4096)

@@ -346,3 +346,97 @@ def test_control_characters_in_server_arg_values_are_refused(vnuma):
 
 def test_a_gpu_named_twice_is_refused(vnuma):
     assert "gpus [0, 0] names GPU [0] more than once" in refused(vnuma, "tp2", gpus=[0, 0])
+
+
+# ----------------------------------------------------------------- the installed version's SGLang facts (0.5.23)
+
+F523 = planner.SGLANG_FACTS["0.5.23"]
+F059 = planner.SGLANG_FACTS["0.5.9"]
+# 0.5.23's prefill CUDA graph (on by default on CUDA) captures these token counts up to chunked_prefill_size 8192
+# (arg_groups/cuda_graph_hook.py generate_prefill_cuda_graph_batch_sizes): 8 + 14 + 8 + 8 + 12 + 8 sizes
+PREFILL_SIZES_8192 = len(list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
+                         + list(range(576, 1025, 64)) + list(range(1280, 4097, 256)) + list(range(4608, 8193, 512)))
+
+
+def test_0_5_23_memory_defaults_are_its_own():
+    """0.5.23 arg_groups/memory_hook.py: reserved = 512 + chunk x 1.5 + decode max_bs x 2 + tp*pp/8 GiB + 8 MiB per
+    prefill graph size (MLA: 1.5 GiB), at least 10 GiB over 60 GiB."""
+    assert PREFILL_SIZES_8192 == 58
+    reserved = 512 + 8192 * 1.5 + 512 * 2 + 1024 + 58 * 8
+    assert planner.sglang_default_mem_fraction(97887 << 20, 8, 1, {}, F523) == round((97887 - reserved) / 97887, 3)
+    mla = 512 + 8192 * 1.5 + 512 * 2 + 1024 + 1536
+    assert planner.sglang_default_mem_fraction(97887 << 20, 8, 1, {}, F523, mla=True) == round((97887 - mla) / 97887, 3)
+    # PP turns the prefill graph off (cuda_graph_hook: breakable prefill disabled under pp > 1)
+    pp2 = 512 + 8192 * 1.5 + 512 * 2 + 1024
+    assert planner.sglang_default_mem_fraction(97887 << 20, 4, 2, {}, F523) == round((97887 - pp2) / 97887, 3)
+    # ... unless a prefill backend is asked for; the per-phase off switch drops its reserve
+    asked = {"cuda_graph_backend_prefill": "breakable"}
+    assert planner.sglang_default_mem_fraction(97887 << 20, 4, 2, asked, F523) == round((97887 - reserved) / 97887, 3)
+    off = {"disable_prefill_cuda_graph": True}
+    assert planner.sglang_default_mem_fraction(97887 << 20, 8, 1, off, F523) == round((97887 - pp2) / 97887, 3)
+    # a 24 GB card: 0.5.23's bracket is chunk 4096, decode max_bs 48 at tp < 4 (0.5.9: 2048 and 24)
+    d = planner.sglang_memory_defaults(24564 << 20, 1, 1, {}, F523)
+    assert (d["chunked_prefill_size"], d["cuda_graph_max_bs"]) == (4096, 48)
+    d = planner.sglang_memory_defaults(24564 << 20, 1, 1, {}, F059)
+    assert (d["chunked_prefill_size"], d["cuda_graph_max_bs"]) == (2048, 24)
+
+
+def test_0_5_23_reads_the_decode_graph_size_under_its_new_name():
+    # 0.5.23 renamed cuda_graph_max_bs to cuda_graph_max_bs_decode (arg_groups/fields/exec_.py, cuda_graph_hook.py)
+    assert F523.CUDA_GRAPH["max_bs_arg"] == "cuda_graph_max_bs_decode"
+    assert F059.CUDA_GRAPH["max_bs_arg"] == "cuda_graph_max_bs"
+    d = planner.sglang_memory_defaults(97887 << 20, 8, 1, {"cuda_graph_max_bs_decode": 64}, F523)
+    assert d["cuda_graph_max_bs"] == 64
+    assert planner.sglang_memory_defaults(97887 << 20, 8, 1, {"cuda_graph_max_bs": 64}, F523)["cuda_graph_max_bs"] == 512
+    assert planner.sglang_memory_defaults(97887 << 20, 8, 1, {"cuda_graph_max_bs": 64}, F059)["cuda_graph_max_bs"] == 64
+    # a defaulted decode max_bs is capped at max_running_requests in 0.5.23 only
+    assert planner.sglang_memory_defaults(97887 << 20, 8, 1, {"max_running_requests": 100}, F523)["cuda_graph_max_bs"] == 100
+    assert planner.sglang_memory_defaults(97887 << 20, 8, 1, {"max_running_requests": 100}, F059)["cuda_graph_max_bs"] == 512
+    # off: 0.5.23's per-phase switch; then no decode graph reserve either (reserve_for_graph_mb)
+    off = planner.sglang_memory_defaults(97887 << 20, 8, 1, {"disable_decode_cuda_graph": True}, F523)
+    assert off["cuda_graph_max_bs"] == 0
+
+
+def test_the_plan_uses_the_installed_versions_facts(vnuma):
+    request = planner.PlanRequest(topology=vnuma, model_path=model_path("llama-3.1-70b"), sglang_version="0.5.23",
+                                  server_args={"cuda_graph_max_bs_decode": 96})
+    c = planner.evaluate_layouts(request, [{"tp": 8, "pp": 1, "dp": 1, "ep": 1}])[0]
+    assert c["estimate"]["inputs"]["settings"]["cuda_graph_max_bs"] == 96
+    assert c["memory"]["mem_fraction_source"] == "sglang_0.5.23_default"
+    gpu_mib = c["memory"]["gpu_memory_bytes"] / float(1 << 20)
+    reserved = 512 + 8192 * 1.5 + 96 * 2 + 1024 + PREFILL_SIZES_8192 * 8
+    assert c["memory"]["mem_fraction_static"] == round((gpu_mib - max(reserved, 10240)) / gpu_mib, 3)
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("llama-3.1-70b"),
+                                            sglang_version="0.5.9+sim", layout="tp8"))
+    assert plan["memory"]["mem_fraction_source"] == "sglang_0.5.9_default"
+
+
+def test_sparse_attention_backend_warning_names_the_versions_fields(vnuma):
+    assert F523.SPARSE_ATTENTION_BACKENDS == ["dsa_decode_backend", "dsa_prefill_backend"]
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("llama-3.1-70b"), layout="tp8",
+                                            sglang_version="0.5.23", server_args={"dsa_prefill_backend": "flashmla_sparse"}))
+    assert any(w.startswith("dsa_prefill_backend only apply to DSA") for w in plan["warnings"]), plan["warnings"]
+    plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("llama-3.1-70b"), layout="tp8",
+                                            server_args={"nsa_decode_backend": "flashmla_sparse"}))
+    assert any(w.startswith("nsa_decode_backend only apply to DSA") for w in plan["warnings"]), plan["warnings"]
+
+
+def test_what_pp_refuses_is_the_versions(vnuma):
+    # 0.5.9 check_server_args refuses mixed chunked prefill with pp > 1; 0.5.23 check_pipeline_parallel_compat
+    # does not, and refuses min_free_slots_delay instead
+    assert "enable_mixed_chunk" in F059.PP["refuses"] and "enable_mixed_chunk" not in F523.PP["refuses"]
+    assert candidate(vnuma, "tp4pp2", sglang_version="0.5.23", server_args={"enable_mixed_chunk": True})["valid"]
+    reasons = refused(vnuma, "tp4pp2", sglang_version="0.5.23", server_args={"min_free_slots_delay": 2})
+    assert "layout tp4pp2: pp > 1 cannot run min_free_slots_delay" in reasons
+    reasons = refused(vnuma, "tp4pp2", sglang_version="0.5.23", server_args={"speculative_algorithm": "EAGLE"})
+    assert "layout tp4pp2: pp > 1 cannot run speculative decoding (EAGLE)" in reasons
+
+
+@pytest.mark.parametrize("version, args, reason", [
+    ("0.5.23", {"cuda_graph_max_bs_decode": 0}, "server_args.cuda_graph_max_bs_decode must be at least 1, got 0"),
+    ("0.5.23", {"cuda_graph_bs_decode": [8, -1]},
+     "server_args.cuda_graph_bs_decode must list batch sizes of at least 1, got [8, -1]"),
+    ("0.5.9", {"cuda_graph_max_bs": -4}, "server_args.cuda_graph_max_bs must be at least 1, got -4"),
+])
+def test_a_bad_decode_graph_size_is_named_in_the_versions_field(vnuma, version, args, reason):
+    assert reason in refused(vnuma, "tp8", sglang_version=version, server_args=args)

@@ -269,3 +269,38 @@ def test_report_prints_the_launch_and_the_candidates(vnuma):
     assert table[0].split()[:3] == ["layout", "valid", "score"]
     assert len(table) == 1 + len(plan["candidates"])
     assert any(l.split()[0] == "tp4dp2" and " no " in l and "does not fit" in l for l in table)
+
+
+def test_the_fields_request_cap_is_each_dp_replicas_whole(vnuma):
+    """The field launches with --max-running-requests 1024. A --dp-size replica is its own scheduler and SGLang
+    divides the server arg only by the attention-DP size (0.5.23 kv_cache_configurator.resolve_max_num_reqs; 0.5.9
+    model_runner: dp_size is 1 without --enable-dp-attention): tp4dp2's replicas each admit 1024 requests, capped
+    at half their KV tokens, not 1024 / dp / dp = 256."""
+    many = {"input_len": 128, "output_len": 128, "concurrency": 16384}
+    tp4dp2 = [{"tp": 4, "pp": 1, "dp": 2, "ep": 1}]
+    est = planner.evaluate_layouts(planner.PlanRequest(topology=vnuma, model_path=model_path("llama-3.1-70b"),
+                                                       workload=many, server_args={"max_running_requests": 1024}),
+                                   tp4dp2)[0]["estimate"]
+    kv_tokens = est["inputs"]["kv_tokens"]
+    assert kv_tokens // 2 >= 1024 and kv_tokens // 192 >= 1024   # the cap, not the KV, binds here
+    assert est["inputs"]["settings"]["max_running_requests"] == 1024
+    assert est["batch"] == 2 * 1024   # two replicas of 1024 running requests each
+    # without the flag, SGLang's own pool of each replica: max(min(tokens / context_len x 512, 4096), 2048)
+    own_est = planner.evaluate_layouts(planner.PlanRequest(topology=vnuma, model_path=model_path("llama-3.1-70b"),
+                                                           workload=many), tp4dp2)[0]["estimate"]
+    tokens = own_est["inputs"]["kv_tokens"]
+    pool = max(min(int(tokens / 131072.0 * 512), 4096), 2048)
+    assert own_est["inputs"]["settings"]["max_running_requests"] == min(pool, tokens // 2)
+    assert own_est["batch"] == 2 * min(pool, tokens // 2, tokens // 192)
+
+
+def test_attention_dp_divides_the_request_cap_among_its_schedulers():
+    # 0.5.23 resolve_max_num_reqs: max(1, max_running_requests // attn_dp_size) per attention-DP scheduler
+    assert planner.sglang_max_running_requests(800000, 4096, {"max_running_requests": 1024}, attn_dp=8) == 1024
+    assert planner.sglang_max_running_requests(800000, 4096, {"max_running_requests": 1024}, attn_dp=1) == 1024
+    # 0.5.23: each scheduler holds a share of the tokens, and half of it caps the server arg too
+    f523 = planner.SGLANG_FACTS["0.5.23"]
+    assert planner.sglang_max_running_requests(800, 4096, {"max_running_requests": 1024}, 8, f523) == 8 * 50
+    # 0.5.9 model_runner: `max_total_num_tokens // 2 if server_args.max_running_requests is None else ...`
+    assert planner.sglang_max_running_requests(800, 4096, {"max_running_requests": 1024}, attn_dp=8) == 1024
+    assert planner.sglang_max_running_requests(800, 4096, {}, attn_dp=8) == 8 * 50

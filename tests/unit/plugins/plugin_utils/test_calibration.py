@@ -87,3 +87,40 @@ def test_the_field_case_replays_through_the_planner(tmp_path):
     assert [e["layout"] for e in replayed] == [m["layout"] for m in case["measured"]]
     assert all(e["inputs"] and e["refused"] is None and e["measured"] > 0 for e in replayed)
     assert all(calibration.predict(e, plan_perf.EFFICIENCY) > 0 for e in replayed)
+
+
+def test_a_cases_source_is_who_published_it():
+    assert calibration.case_source({"id": "a", "citation": {"repo": "gpustack/gpustack", "url": "https://x.io/p"}}) == \
+        "gpustack/gpustack"
+    assert calibration.case_source({"id": "a", "citation": {"url": "https://substratus.ai/blog/l4"}}) == "substratus.ai"
+    assert calibration.case_source({"id": "a", "citation": {}}) == "a"
+    sources = {calibration.case_source(c) for c in calibration.load_cases()}
+    assert len(sources) >= 5
+
+
+def test_held_out_groups_are_predicted_without_their_own_cases(predicted, monkeypatch):
+    """Each group is scored with the constants fitted on the other cases only (the fit sees neither of its cases)."""
+    cases = [entries(("a", 2.0, 2.0), ("b", 1.0, 1.0)), entries(("a", 2.0, 1.0), ("b", 1.0, 2.0)),
+             entries(("a", 1.0, 1.0), ("b", 2.0, 2.0))]
+    seen = []
+    monkeypatch.setattr(calibration, "fit", lambda others, start=None: seen.append(len(others)) or dict(start))
+    report = {"cases": [{} for _ in cases]}
+    w, r, t = calibration.held_out(cases, [[0, 1], [2]], {"gemm": 0.5}, report, "loso")
+    assert seen == [1, 2] and (w, r, t) == (2, 2, 3)
+    assert [c["loso"]["winner_right"] for c in report["cases"]] == [True, False, True]
+
+
+def test_dp_replicas_keep_winning_at_the_fields_request_cap(tmp_path):
+    """GPUStack measured tp4dp2 ahead of tp8ep8 for Qwen3-235B-FP8 on 8 x H100 (NVSwitch). Launched with the
+    field's --max-running-requests 1024, each DP replica still admits 1024 requests (SGLang divides the flag only
+    by the attention-DP size); dividing it by dp twice left 256 per replica and ranked tp8ep8 first."""
+    case = next(c for c in calibration.load_cases() if c["id"] == "vllm-h100x8-qwen3-235b-fp8-sharegpt")
+    entries = calibration.replay(case, tmp_path, {"max_running_requests": 1024})
+    winner, right, total = calibration.score_case(entries, plan_perf.EFFICIENCY)[:3]
+    assert winner and right == total
+    assert all(e["inputs"]["settings"]["max_running_requests"] == 1024 for e in entries if e["layout"] == "tp4dp2")
+
+
+def test_server_args_must_be_an_object():
+    with pytest.raises(SystemExit):
+        calibration.main(["--server-args", "[1]", "--no-loo"])
