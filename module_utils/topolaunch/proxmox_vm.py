@@ -29,12 +29,13 @@ PXB_BUS_STEP = 32
 CHASSIS = 200                   # pcie-root-port chassis numbers, above the ones Proxmox gives its own ports
 ID_PREFIX = "tl"                # ids of the devices topolaunch adds in args: tlpxbN, tlrpN, tlgpuN
 ROOT_ONLY = ("args", "affinity", "hugepages", "keephugepages")   # and hostpciN with host=: only root@pam may set them
-MODULE_KEYS = ("args", "cores", "hostpci", "hugepages", "numa", "sockets")   # proxmox_kvm has these (numa -> numa_enabled)
+# proxmox_kvm has these (numa as numa_enabled); the rest (affinity) goes to the API itself
+MODULE_KEYS = ("args", "cores", "hostpci", "hugepages", "numa", "sockets")
 
 
 def clique_property(clique=CLIQUE):
-    """The vfio-pci property that puts a GPU in a P2P clique."""
-    return "%s=%d" % (CLIQUE_PROPERTY, clique)
+    """The vfio-pci property that puts a GPU in a P2P clique (clique: a number; a placeholder in a remedy text)."""
+    return "%s=%s" % (CLIQUE_PROPERTY, clique)
 
 
 def clique_set_arg(device_id, clique=CLIQUE):
@@ -304,3 +305,47 @@ def module_params(change):
         else:
             api[key] = value
     return params, api
+
+
+# -- the inventory and the API's answers ------------------------------------------------------------------------------
+
+def guests(hostvars, hosts, node):
+    """[{host, vmid}] of the inventory hosts that are VMs on Proxmox node `node` (proxmox_vmid set, proxmox_node ==
+    node), by vmid. A vmid that is not a positive integer is refused naming the host."""
+    out = []
+    for host in hosts or []:
+        vars_ = hostvars[host]
+        vmid = vars_.get("proxmox_vmid")
+        if vmid is None or vars_.get("proxmox_node") != node:
+            continue
+        if not re.fullmatch(r"[1-9]\d{2,8}", str(vmid)):
+            raise ProxmoxConfigError("inventory host %s: proxmox_vmid %r is not a Proxmox VM id (100-999999999)"
+                                     % (host, vmid))
+        out.append({"host": host, "vmid": int(vmid)})
+    return sorted(out, key=lambda g: g["vmid"])
+
+
+def restart_pending(results):
+    """"VM 101 (gpu1): key, key" for each running VM with changes that wait for its restart. `results`: the API's
+    answers per guest, as a uri loop over [guest, "pending" | "status/current"] registers them (item, json.data)."""
+    vms = {}
+    for r in results or []:
+        guest, what = r["item"]
+        vm = vms.setdefault(guest["vmid"], {"host": guest["host"], "pending": [], "status": None})
+        data = (r.get("json") or {}).get("data")
+        if what == "pending":
+            vm["pending"] = data or []
+        else:
+            vm["status"] = (data or {}).get("status")
+    out = []
+    for vmid in sorted(vms):
+        vm = vms[vmid]
+        keys = [e["key"] for e in vm["pending"] if "pending" in e or e.get("delete")]
+        if keys and vm["status"] == "running":
+            out.append("VM %s (%s): %s" % (vmid, vm["host"], ", ".join(keys)))
+    return out
+
+
+def diff_text(config):
+    """{key: value} -> "key: value" lines, as /etc/pve/qemu-server/<vmid>.conf writes them, sorted."""
+    return "".join("%s: %s\n" % (k, config[k]) for k in sorted(config))

@@ -24,7 +24,8 @@ def test_values_the_api_takes_pass(key, value):
     ("numa0", "cpus=0-3,policy=strict",
      "invalid format - format error\nnuma0.policy: value 'strict' does not have a value in the enumeration "
      "'preferred, bind, interleave'\n"),
-    ("numa1", "cpus=0-,policy=bind", "invalid format - format error\nnuma1.cpus: value does not match the regex pattern\n"),
+    ("numa1", "cpus=0-,policy=bind",
+     "invalid format - format error\nnuma1.cpus: value does not match the regex pattern\n"),
     ("numa0", "hostnodes=0", "invalid format - format error\nnuma0.cpus: property is missing and it is not optional\n"),
     ("numa0", "cpus=0,speed=3", "invalid format - invalid key in comma-separated list property: speed\n"),
     ("numa0", "cpus=0,memory=lots",
