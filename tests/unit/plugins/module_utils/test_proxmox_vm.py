@@ -35,7 +35,7 @@ def test_host_topology_from_sysfs(host):
 
 
 def test_field_findings_give_numa_affinity_bridges_and_clique(host, field_findings):
-    assert {"vm-no-numa", "p2p-chipset-not-supported"} <= {f["id"] for f in field_findings}
+    assert {pv.FINDING_NUMA, pv.FINDING_CLIQUE} <= {f["id"] for f in field_findings}        # the ids the topology gives
     change = pv.changes(naive_config(), host, field_findings, vmid=101)
     s = change["set"]
     assert s["numa"] == 1 and s["sockets"] == 2 and s["cores"] == 32
@@ -128,7 +128,10 @@ def test_module_params_split_module_keys_from_api_keys(host, field_findings):
     assert api == {"affinity": "0-127"}
 
 
-def test_renderers_are_what_the_findings_remedies_show():
+def test_renderers_are_what_the_findings_remedies_show(field_findings):
+    remedy = {f["id"]: f["remedy"] for f in field_findings}
+    assert " ".join(pv.pxb_args(1, 1) + pv.gpu_args("<bus>", 0, 1)) in remedy[pv.FINDING_NUMA]
+    assert "-set device.hostpciN.x-nv-gpudirect-clique=K" in remedy[pv.FINDING_CLIQUE]
     assert pv.clique_set_arg("hostpci3", 1) == ["-set", "device.hostpci3.x-nv-gpudirect-clique=1"]
     assert pv.pxb_args(1, 1) == ["-device", "pxb-pcie,id=tlpxb1,bus_nr=160,numa_node=1,bus=pcie.0"]
     assert pv.pci_address("2A:00") == "0000:2a:00.0"
