@@ -9,6 +9,8 @@ Sources (Proxmox's own git repositories, https://git.proxmox.com):
   and `$MAX_HOSTPCI_DEVICES`; `src/PVE/QemuServer/Memory.pm`: `$MAX_NUMA`; `src/PVE/QemuServer.pm`: the `pve-cpuset`
   verifier's error text.
 - pve-common `src/PVE/CpuSet.pm`: `parse_cpuset` (what a `pve-cpuset` part must look like).
+- qemu-server `src/PVE/API2/Qemu.pm`: who may set each key (`$check_vm_modify_config_perm`: the option sets and the
+  privilege each needs; a key in none of them, and `hostpciN` with a host address, only root@pam).
 
     tools/proxmox_schema.py --pve-docs DIR --qemu-server DIR --pve-common DIR   # git checkouts or bare repositories
     tools/proxmox_schema.py --clone                                           # shallow clones from git.proxmox.com
@@ -153,6 +155,30 @@ def cpuset_format(qemu_server_pm, cpuset_pm):
     return {"type": "cpuset", "part_pattern": part.group(1), "error": err.group(1)}
 
 
+def privileges(qemu_pm):
+    """{key: privilege} for KEYS from Qemu.pm: the option sets (`my $cpuoptions = { 'cores' => 1, ... };`) and the
+    privilege check_vm_modify_config_perm asks for each set; numaN as it says (VM.Config.CPU); any other key, and
+    hostpciN with a host address (check_hostpci_perm), root@pam only."""
+    body = re.search(r"^my \$check_vm_modify_config_perm = sub \{\n(.*?)^\};$", qemu_pm, re.M | re.S)
+    if not body:
+        raise SchemaError("Qemu.pm: no $check_vm_modify_config_perm")
+    sets = {}
+    for m in re.finditer(r"^my \$(\w+options) = \{\n(.*?)^\};$", qemu_pm, re.M | re.S):
+        sets[m.group(1)] = set(re.findall(r"'([\w-]+)' => 1", m.group(2)))
+    need = {}
+    for m in re.finditer(r"\$(\w+options)->\{\$opt\}.*?check_vm_perm\([^\[]*\['([\w.]+)'", body.group(1), re.S):
+        need.setdefault(m.group(1), m.group(2))
+    if "cpuoptions" not in need or not re.search(r"numa\\d\+\$/\)", body.group(1)):
+        raise SchemaError("Qemu.pm: check_vm_modify_config_perm without the cpu options' privilege")
+    out = {}
+    for key in KEYS:
+        if key == "numa[n]":
+            out[key] = need["cpuoptions"]
+            continue
+        out[key] = next((need[s] for s in need if key in sets.get(s, ())), "root@pam")
+    return out
+
+
 def build(pve_docs, qemu_server, pve_common):
     pci = git_file(qemu_server, "src/PVE/QemuServer/PCI.pm")
     return {
@@ -160,7 +186,7 @@ def build(pve_docs, qemu_server, pve_common):
             "pve-docs": dict(git_source(pve_docs, "pve-docs"), files=["api-viewer/apidata.js"]),
             "qemu-server": dict(git_source(qemu_server, "qemu-server"),
                                 files=["src/PVE/QemuServer/PCI.pm", "src/PVE/QemuServer/Memory.pm",
-                                       "src/PVE/QemuServer.pm"]),
+                                       "src/PVE/QemuServer.pm", "src/PVE/API2/Qemu.pm"]),
             "pve-common": dict(git_source(pve_common, "pve-common"), files=["src/PVE/CpuSet.pm"]),
         },
         "endpoint": "PUT " + ENDPOINT,
@@ -170,6 +196,7 @@ def build(pve_docs, qemu_server, pve_common):
             "pve-cpuset": cpuset_format(git_file(qemu_server, "src/PVE/QemuServer.pm"),
                                         git_file(pve_common, "src/PVE/CpuSet.pm")),
         },
+        "privileges": privileges(git_file(qemu_server, "src/PVE/API2/Qemu.pm")),
         "max_index": {"hostpci[n]": perl_int(pci, "MAX_HOSTPCI_DEVICES", "PCI.pm"),
                       "numa[n]": perl_int(git_file(qemu_server, "src/PVE/QemuServer/Memory.pm"), "MAX_NUMA",
                                           "Memory.pm")},
@@ -179,7 +206,7 @@ def build(pve_docs, qemu_server, pve_common):
 def render(schema):
     src = schema["sources"]
     return ('"""The Proxmox VE API schema excerpt topolaunch validates VM config values against (PUT %s\n'
-            'parameters, named formats, index limits), extracted by tools/proxmox_schema.py. Do not edit.\n\n'
+            'parameters, named formats, index limits, who may set each key), extracted by tools/proxmox_schema.py. Do not edit.\n\n'
             'Sources: pve-docs %s (%s), qemu-server %s (%s), pve-common %s (%s).\n"""\n\nSCHEMA = %s\n'
             % (ENDPOINT, src["pve-docs"]["version"], src["pve-docs"]["commit"][:12],
                src["qemu-server"]["version"], src["qemu-server"]["commit"][:12],

@@ -5,7 +5,8 @@ ansible.builtin.uri to read and change one node's VM configs.
 It answers from a recorded state (JSON: nodes, VMs with config, status and pending changes, users), and refuses what
 the committed API schema excerpt refuses (module_utils/topolaunch/proxmox_api_schema.py, through proxmox_config.check)
 with Proxmox's own answer: HTTP 400 "Parameter verification failed." and {"errors": {key: text}}; keys only root may
-set ("only root can set 'args' config") with 500 as pve-http-server answers a die. A running VM's changes become
+set (the excerpt's privileges, from qemu-server's Qemu.pm: "only root can set 'args' config") with 500, as
+pve-http-server answers a die. A running VM's changes become
 pending (GET .../config shows them applied, GET .../pending lists them, a start applies them), as on Proxmox.
 Every write is appended to the state's "writes" (method, path, params, user) and the state file is rewritten.
 
@@ -23,9 +24,8 @@ import threading
 import time
 import urllib.parse
 
-from ansible_collections.topolaunch.sglang.plugins.module_utils.proxmox_config import check, schema_key
+from ansible_collections.topolaunch.sglang.plugins.module_utils.proxmox_config import check, root_only, schema_key
 
-ROOT_ONLY = ("args", "affinity", "hugepages", "keephugepages", "hookscript")
 LOCK = threading.Lock()
 
 
@@ -233,11 +233,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.answer(400, message="Parameter verification failed.", errors=errors)
         if user != "root@pam":
             for key in sorted(set(params) | set(delete)):
-                if key in ROOT_ONLY:
-                    return self.answer(500, message="only root can set '%s' config" % key)
                 if schema_key(key) == "hostpci[n]":
-                    return self.answer(500, message="only root can %s '%s' config for real devices"
-                                       % ("delete" if key in delete else "set", key))
+                    return self.answer(500, message=("only root can delete '%s' config for real devices" if key in delete
+                                                     else "only root can set '%s' config for non-mapped devices") % key)
+                if root_only(key):
+                    return self.answer(500, message="only root can set '%s' config" % key)
         running = vm.get("status") == "running"
         target = vm.setdefault("pending", {}) if running else vm["config"]
         for key, value in params.items():

@@ -1,5 +1,5 @@
 """The Proxmox VE API schema excerpt topolaunch validates VM config values against (PUT /nodes/{node}/qemu/{vmid}/config
-parameters, named formats, index limits), extracted by tools/proxmox_schema.py. Do not edit.
+parameters, named formats, index limits, who may set each key), extracted by tools/proxmox_schema.py. Do not edit.
 
 Sources: pve-docs 9.1.3 (e5010dcea566), qemu-server 9.2.6 (e6352be67f70), pve-common 9.2.1 (f665029eac78).
 """
@@ -86,6 +86,18 @@ SCHEMA = {'endpoint': 'PUT /nodes/{node}/qemu/{vmid}/config',
                             'optional': 1,
                             'type': 'integer',
                             'typetext': '<integer> (1 - N)'}},
+ 'privileges': {'affinity': 'root@pam',
+                'args': 'root@pam',
+                'cores': 'VM.Config.CPU',
+                'cpu': 'VM.Config.CPU',
+                'hostpci[n]': 'root@pam',
+                'hugepages': 'root@pam',
+                'keephugepages': 'root@pam',
+                'machine': 'VM.Config.HWType',
+                'memory': 'VM.Config.Memory',
+                'numa': 'VM.Config.CPU',
+                'numa[n]': 'VM.Config.CPU',
+                'sockets': 'VM.Config.CPU'},
  'sources': {'pve-common': {'commit': 'f665029eac78022e81810ab2e44eace57ade13fb',
                             'files': ['src/PVE/CpuSet.pm'],
                             'repository': 'https://git.proxmox.com/git/pve-common.git',
@@ -97,6 +109,7 @@ SCHEMA = {'endpoint': 'PUT /nodes/{node}/qemu/{vmid}/config',
              'qemu-server': {'commit': 'e6352be67f70042a7433a3a3c712b36d02f9f7cb',
                              'files': ['src/PVE/QemuServer/PCI.pm',
                                        'src/PVE/QemuServer/Memory.pm',
-                                       'src/PVE/QemuServer.pm'],
+                                       'src/PVE/QemuServer.pm',
+                                       'src/PVE/API2/Qemu.pm'],
                              'repository': 'https://git.proxmox.com/git/qemu-server.git',
                              'version': '9.2.6'}}}

@@ -153,6 +153,12 @@ def validate(config, source="computed config"):
                                      % (source, key, config[key], SCHEMA["endpoint"], err.strip().replace("\n", "; ")))
 
 
+def root_only(key):
+    """Whether only root@pam (with a password: an API token never is root) may set key, as qemu-server's
+    check_vm_modify_config_perm decides (the excerpt's `privileges`; hostpciN with a host address)."""
+    return SCHEMA["privileges"].get(schema_key(key) or key, "root@pam") == "root@pam"
+
+
 def hostpci_format():
     return SCHEMA["formats"]["pve-qm-hostpci"]
 

@@ -17,7 +17,7 @@ import re
 import shlex
 
 from .proxmox_config import (ProxmoxConfigError, hostpci_format, numa_format, parse_boolean, parse_property_string,
-                             print_property_string, schema_key, validate)
+                             print_property_string, root_only, schema_key, validate)
 from .topology_render import cpulist, parse_cpulist
 
 FINDING_NUMA = "vm-no-numa"
@@ -28,7 +28,6 @@ PXB_BUS_NR = 128                # first expander bridge bus number; each next on
 PXB_BUS_STEP = 32
 CHASSIS = 200                   # pcie-root-port chassis numbers, above the ones Proxmox gives its own ports
 ID_PREFIX = "tl"                # ids of the devices topolaunch adds in args: tlpxbN, tlrpN, tlgpuN
-ROOT_ONLY = ("args", "affinity", "hugepages", "keephugepages")   # and hostpciN with host=: only root@pam may set them
 # proxmox_kvm has these (numa as numa_enabled); the rest (affinity) goes to the API itself
 MODULE_KEYS = ("args", "cores", "hostpci", "hugepages", "numa", "sockets")
 
@@ -281,7 +280,7 @@ def changes(current, host, findings, hugepages=None, vmid="?"):
     keys = sorted(set(to_set) | set(to_delete))
     before = {k: current[k] for k in keys if k in current}
     after = {k: to_set[k] for k in keys if k in to_set}
-    root = sorted(k for k in keys if k in ROOT_ONLY or schema_key(k) == "hostpci[n]")
+    root = sorted(k for k in keys if root_only(k))
     return {"set": to_set, "delete": to_delete, "before": before, "after": after, "root_only": root,
             "changed": bool(keys)}
 

@@ -42,6 +42,38 @@ my $hostpci_fmt = {
 QEMU_SERVER_PM = 'sub pve_verify_cpuset {\n    if ($@) {\n        die "unable to parse cpuset option\\n";\n    }\n}\n'
 CPUSET_PM = "        if ($part =~ /^\\s*(\\d+)(?:-(\\d+))?\\s*$/) {\n"
 MEMORY_PM = "our $MAX_NUMA = 8;\n"
+QEMU_PM = r"""
+my $cpuoptions = {
+    'cores' => 1,
+    'cpu' => 1,
+    'numa' => 1,
+    'sockets' => 1,
+};
+
+my $memoryoptions = {
+    'memory' => 1,
+};
+
+my $hwtypeoptions = {
+    'machine' => 1,
+};
+
+my $check_vm_modify_config_perm = sub {
+    my ($rpcenv, $authuser, $vmid, $pool, $key_list) = @_;
+    foreach my $opt (@$key_list) {
+        if ($cpuoptions->{$opt} || $opt =~ m/^numa\d+$/) {
+            $rpcenv->check_vm_perm($authuser, $vmid, $pool, ['VM.Config.CPU']);
+        } elsif ($memoryoptions->{$opt}) {
+            $rpcenv->check_vm_perm($authuser, $vmid, $pool, ['VM.Config.Memory']);
+        } elsif ($hwtypeoptions->{$opt}) {
+            $rpcenv->check_vm_perm($authuser, $vmid, $pool, ['VM.Config.HWType']);
+        } else {
+            die "only root can set '$opt' config\n";
+        }
+    }
+    return 1;
+};
+"""
 
 
 def apidata(props):
@@ -85,6 +117,15 @@ def test_cpuset_format_and_missing_source_text():
         tool.cpuset_format("", CPUSET_PM)
 
 
+def test_privileges_from_qemu_pm():
+    got = tool.privileges(QEMU_PM)
+    assert got["numa[n]"] == got["cores"] == got["numa"] == "VM.Config.CPU" and got["memory"] == "VM.Config.Memory"
+    assert got["machine"] == "VM.Config.HWType"
+    assert got["args"] == got["affinity"] == got["hugepages"] == got["hostpci[n]"] == "root@pam"
+    with pytest.raises(tool.SchemaError, match="check_vm_modify_config_perm"):
+        tool.privileges("")
+
+
 def test_committed_excerpt_is_what_render_writes():
     text = (ROOT / "module_utils" / "topolaunch" / "proxmox_api_schema.py").read_text()
     assert text == tool.render(SCHEMA)
@@ -107,7 +148,7 @@ def test_refresh_from_git_repositories(tmp_path):
     _repo(tmp_path / "docs", {"api-viewer/apidata.js": apidata(full_props()),
                               "debian/changelog": "pve-docs (9.9.1) trixie; urgency=medium\n"})
     _repo(tmp_path / "qs", {"src/PVE/QemuServer/PCI.pm": PCI_PM, "src/PVE/QemuServer/Memory.pm": MEMORY_PM,
-                            "src/PVE/QemuServer.pm": QEMU_SERVER_PM,
+                            "src/PVE/QemuServer.pm": QEMU_SERVER_PM, "src/PVE/API2/Qemu.pm": QEMU_PM,
                             "debian/changelog": "qemu-server (9.9.2) trixie; urgency=medium\n"})
     _repo(tmp_path / "common", {"src/PVE/CpuSet.pm": CPUSET_PM,
                                 "debian/changelog": "libpve-common-perl (9.9.3) trixie; urgency=medium\n"})

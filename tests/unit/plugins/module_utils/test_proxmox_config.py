@@ -72,6 +72,11 @@ def test_property_strings_round_trip():
         pc.parse_property_string(pc.numa_format(), "cpus=0,=3")
 
 
+def test_root_only_keys_come_from_qemu_servers_privileges():
+    assert [k for k in ("args", "affinity", "hugepages", "hostpci3", "numa", "numa0", "cores", "sockets", "bogus")
+            if pc.root_only(k)] == ["args", "affinity", "hugepages", "hostpci3", "bogus"]
+
+
 def test_schema_key_respects_index_limits():
     assert pc.schema_key("hostpci15") == "hostpci[n]" and pc.schema_key("hostpci16") is None
     assert pc.schema_key("numa") == "numa" and pc.schema_key("numa7") == "numa[n]" and pc.schema_key("numa8") is None
