@@ -4,6 +4,7 @@ import json
 
 import pytest
 from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
 
 from ansible_collections.topolaunch.sglang.plugins.action import proxmox_vm_config as plugin
 from ansible_collections.topolaunch.sglang.plugins.module_utils.proxmox_vm import read_host_topology
@@ -16,16 +17,13 @@ def host(tmp_path):
     return read_host_topology(write_host_sysfs(str(tmp_path / "sys")))
 
 
+@pytest.fixture(autouse=True)
+def no_base_run(monkeypatch):
+    monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+
+
 def run(args, task_vars=None, check_mode=False):
-    action = make_action(plugin, args, check_mode)
-    action._task.args = args
-    from ansible.plugins.action import ActionBase
-    orig = ActionBase.run
-    ActionBase.run = lambda self, tmp=None, task_vars=None: {}
-    try:
-        return action.run(task_vars=task_vars or {})
-    finally:
-        ActionBase.run = orig
+    return make_action(plugin, args, check_mode).run(task_vars=task_vars or {})
 
 
 def uri_result(config, host="gpu1", vmid=101):
@@ -43,6 +41,9 @@ def test_findings_from_saved_topology_give_a_per_key_diff(tmp_path, host):
     assert diff["before_header"] == "/etc/pve/qemu-server/101.conf (gpu1)"
     assert "hostpci0: 17:00.0,pcie=1\n" in diff["before"] and "numa0: cpus=0-31,hostnodes=0," in diff["after"]
     assert "name:" not in diff["before"]                                    # only the keys that change
+    checked = run({"host_topology": host, "guests": [uri_result(naive_config())], "artifacts_dir": str(tmp_path / "a")},
+                  check_mode=True)
+    assert checked == result                                                # check mode: the same answer
 
 
 def test_this_runs_facts_win_and_no_topology_warns(tmp_path, host):
