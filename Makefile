@@ -12,10 +12,10 @@ VERSION := $(shell sed -n 's/^version: *//p' $(COLLECTION)/galaxy.yml)
 TARBALL := build/topolaunch-sglang-$(VERSION).tar.gz
 INSTALLED := build/install/ansible_collections/topolaunch/sglang
 
-.PHONY: setup pth lock sglang-wheel sglang-flags fakenvml repo lab-up lab-down lab-status demo test test-phases lint unit \
+.PHONY: setup pth vendor-collections lock sglang-wheel sglang-flags fakenvml repo lab-up lab-down lab-status demo test test-phases lint unit \
 	collection sanity collection-test molecule lab-layers lab-tests lab-tests-full perf bench clean
 
-setup: $(VENV)/.installed pth ## controller venv with the pinned requirements, collections/ on its path
+setup: $(VENV)/.installed pth vendor-collections ## controller venv with the pinned requirements, collections/ on its path
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "python 3.11+ needed, got " + sys.version'
@@ -27,6 +27,9 @@ $(VENV)/.installed: requirements.txt
 pth: $(VENV)/.installed ## put collections/ on the venv's path: tools and tests import ansible_collections.topolaunch.sglang.*
 	$(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
 	  | { read -r site; echo "$(CURDIR)/collections" > "$$site/topolaunch-collection.pth"; }
+
+vendor-collections: $(VENV)/.installed ## the pinned third-party collections (community.proxmox) from the ansible wheel into .ansible/collections
+	$(BIN)/python tools/vendor_collections.py
 
 lock: ## regenerate requirements.txt from requirements.in
 	rm -rf build/lockvenv && $(PYTHON) -m venv build/lockvenv

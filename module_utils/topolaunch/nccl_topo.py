@@ -45,6 +45,7 @@ import re
 from .preflight import expected_gbps
 from .system import file_differs, write_atomic
 from .topology import sysfs_bus_id
+from .topology_render import parse_cpulist
 
 __all__ = ["needed", "render", "write", "for_node", "sync", "written_for", "DEFAULT_PATH", "numa_groups",
            "measured_groups", "p2p_groups", "cpumask", "cpu_info", "BRIDGE_CLASS", "GPU_CLASS"]
@@ -186,11 +187,7 @@ def needed(facts, record=None):
 
 
 def _cpus(cpulist):
-    cpus = set()
-    for part in filter(None, (cpulist or "").split(",")):
-        a, _sep, b = part.partition("-")
-        cpus.update(range(int(a), int(b or a) + 1))
-    return cpus
+    return set(parse_cpulist(cpulist))
 
 
 def cpumask(cpus):

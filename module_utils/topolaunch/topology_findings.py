@@ -13,6 +13,7 @@
 | persistence-off | info | persistence mode off |
 """
 
+from .proxmox_vm import clique_set_arg, gpu_args, pxb_args
 from .topology_render import cpulist
 
 BUSY_BYTES = 1 << 30   # used memory above this, with or without processes, counts as busy (drivers keep ~0.6 GB)
@@ -50,9 +51,9 @@ def _numa_findings(facts):
             "is -1): the planner cannot keep tensor-parallel groups inside one CPU socket." % _gpus(unknown),
             "Give the VM the host's NUMA layout: in Proxmox set `numa: 1` and one `numaN: cpus=..,hostnodes=N,"
             "memory=..,policy=bind` per host socket; GPUs get a guest NUMA node only behind a pxb-pcie expander "
-            "bridge in the VM's `args:` (root only), e.g. `-device pxb-pcie,id=pxb1,bus_nr=128,numa_node=1,bus=pcie.0 "
-            "-device pcie-root-port,id=rp1,bus=pxb1,chassis=1 -device vfio-pci,host=<bus>,bus=rp1` for each GPU of "
-            "host node 1 instead of its hostpciN line. "
+            "bridge in the VM's `args:` (root only), e.g. `" + " ".join(pxb_args(1, 1) + gpu_args("<bus>", 0, 1)) +
+            "` for each GPU of host node 1 instead of its hostpciN line (`ansible-playbook playbooks/proxmox.yml` "
+            "computes all of it from the host and writes it when asked). "
             "Compare with `nvidia-smi topo -m` on the host.")]
     return [_finding(
         "numa-unknown", "info", unknown,
@@ -67,9 +68,9 @@ def _p2p_findings(facts):
     if cns:
         gpus = sorted({i for p in cns for i in p})
         if facts.get("in_vm"):
-            remedy = ("Tell QEMU the GPUs may talk P2P: add `-set device.hostpciN.x-nv-gpudirect-clique=K` for every "
-                      "GPU to the VM's `args:` (same K for GPUs that may talk; hostpciN needs an explicit `.0` "
-                      "function and no `hidden=1` CPU flag), then restart the VM; expect CNS -> OK in "
+            remedy = ("Tell QEMU the GPUs may talk P2P: add `" + " ".join(clique_set_arg("hostpciN", "K")) +
+                      "` for every GPU to the VM's `args:` (same K for GPUs that may talk; hostpciN needs an explicit "
+                      "`.0` function and no `hidden=1` CPU flag), then restart the VM; expect CNS -> OK in "
                       "`nvidia-smi topo -p2p r`.")
         else:
             remedy = ("The chipset refuses PCIe P2P between these GPUs: check IOMMU (iommu=pt) and ACS settings in the "

@@ -19,6 +19,15 @@ def cpulist(cpus):
     return ",".join(parts)
 
 
+def parse_cpulist(text):
+    """The kernel's cpulist format -> sorted CPUs: "0-2,5" -> [0, 1, 2, 5] (empty text: [])."""
+    cpus = set()
+    for part in filter(None, (text or "").split(",")):
+        a, _sep, b = part.partition("-")
+        cpus.update(range(int(a), int(b or a) + 1))
+    return sorted(cpus)
+
+
 UNDERLINE = "\x1b[4m"
 RESET = "\x1b[0m"
 

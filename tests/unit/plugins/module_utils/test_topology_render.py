@@ -3,7 +3,7 @@ kernel's cpulist format."""
 import pytest
 
 from ansible_collections.topolaunch.sglang.plugins.module_utils import topology
-from ansible_collections.topolaunch.sglang.plugins.module_utils.topology_render import cpulist, render_p2p
+from ansible_collections.topolaunch.sglang.plugins.module_utils.topology_render import cpulist, parse_cpulist, render_p2p
 from topology_cases import EXPECTED_MATRIX, EXPECTED_P2P_READ, load_spec, read
 
 
@@ -46,3 +46,9 @@ def test_every_p2p_kind_has_its_table_and_unknown_prints_as_u():
     for kind in ("read", "write", "nvlink", "atomics", "pci"):
         lines = render_p2p(facts, kind).split("\n")
         assert lines[1] == " GPU0\tX\tU\t" and lines[2] == " GPU1\tOK\tX\t"
+
+
+@pytest.mark.parametrize("text,cpus", [("0-2,5", [0, 1, 2, 5]), ("", []), ("7", [7]), ("4-5,0-1", [0, 1, 4, 5])])
+def test_parse_cpulist_reads_the_kernel_format(text, cpus):
+    assert parse_cpulist(text) == cpus
+    assert parse_cpulist(cpulist(cpus)) == cpus
