@@ -331,6 +331,13 @@ def wanted_wheels():
     return list(defaults["topolaunch_tools_packages"]) + BUILD_WHEELS
 
 
+def gateway_requirements():
+    """{gateway release: its requirement lines with hashes} from the role topolaunch's release table: the lab hosts
+    install the gateway from the lab repository's pip/ with pip --require-hashes, as provisioning does anywhere."""
+    defaults = yaml.safe_load((ROOT / "roles/topolaunch/defaults/main.yml").read_text())
+    return {version: list(row["requirements"]) for version, row in defaults["topolaunch_gateway_releases"].items()}
+
+
 def write_index(directory):
     links = "".join(f'<a href="{html.escape(w.name)}">{html.escape(w.name)}</a><br>\n'
                     for w in sorted(directory.glob("*.whl")))
@@ -368,7 +375,8 @@ def pip_repo(out, python, sim_builder):
     pipdir = out / "pip"
     pipdir.mkdir(parents=True, exist_ok=True)
     sims = sim_wheels(pipdir, python, sim_builder)
-    stamp_text = json.dumps([wanted_wheels(), [sha(w, "sha256") for w in sims]])
+    gateways = gateway_requirements()
+    stamp_text = json.dumps([wanted_wheels(), [sha(w, "sha256") for w in sims], gateways])
     stamp = pipdir / ".download-stamp"
     if stamp.exists() and stamp.read_text() == stamp_text:
         print("  pip wheels up to date")
@@ -377,6 +385,12 @@ def pip_repo(out, python, sim_builder):
         pip_download(python, pipdir, wanted_wheels())
         for wheel in sims:  # one resolve per simulator wheel: two sglang versions cannot be in one
             pip_download(python, pipdir, [f"{wheel}[all]"])  # [all]: the extra the sglang role installs
+        for version, lines in gateways.items():  # the model gateway (smg), each wheel checked against its hash
+            print(f"  pip download the model gateway {version}: {' '.join(l.split()[0] for l in lines)}")
+            with tempfile.NamedTemporaryFile("w", suffix=".txt", dir=pipdir) as req:
+                req.write("".join(line + "\n" for line in lines))
+                req.flush()
+                pip_download(python, pipdir, ["--require-hashes", "--no-deps", "-r", req.name])
         stamp.write_text(stamp_text)
     write_index(pipdir)
     print(f"  pip: {len(list(pipdir.glob('*.whl')))} wheels ({', '.join(w.name for w in sims)})")

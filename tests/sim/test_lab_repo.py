@@ -251,3 +251,11 @@ def test_a_rebuild_downloads_nothing_again(repo_with_pip):
     _, calls, calls_after, _, second = repo_with_pip
     assert calls_after == calls
     assert "pip wheels up to date" in second and "pip-client wheels up to date" in second
+
+
+def test_pip_carries_the_model_gateway_checked_against_its_hashes(repo_with_pip):
+    out, calls, _, _, _ = repo_with_pip
+    pip = out / "pip"
+    gateway = [c for c in calls if "--dest %s " % pip in c and "--require-hashes" in c]
+    # one download per gateway release of the role topolaunch's table, every wheel checked (--require-hashes)
+    assert len(gateway) == 1 and "--no-deps -r " in gateway[0] and "--python-version 3.11" in gateway[0]
