@@ -75,6 +75,10 @@ HF_REPOS = {
     "topolaunch-lab/gated-model": ("0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e", "manual"),
 }
 
+# More stand-in models as archives beside the main one (models/<name>.tar): a 70B-class dense model that fits on
+# four of the field spec's GPUs, for DP layouts of one replica per socket (tp4dp2).
+STANDIN_MODELS = {"llama-3.1-70b": ROOT / "tests/fixtures/models/llama-3.1-70b"}
+
 TMPFILES_CONF = "d /run/fake-nvml 1777 root root -\n"
 PERSISTENCED = """#!/bin/sh
 # topolaunch lab stand-in for nvidia-persistenced: there is no kernel driver to keep initialised in the lab.
@@ -512,6 +516,9 @@ def apt_repo(out, args):
     keyring_packages(out, keyring, args.keyring_ports)
     (out / "keyring" / "cuda-archive-keyring.gpg").write_bytes(keyring)
     index = model_archive(out, args.model_dir, args.model_name)
+    for name, model_dir in STANDIN_MODELS.items():
+        if name != args.model_name:
+            model_archive(out, model_dir, name)
     hf_standin(out, index)
 
 
@@ -545,7 +552,8 @@ def main(argv=None):
     stamp = out / ".apt-stamp"
     stamp_text = json.dumps([sha(Path(__file__), "sha256"), [sha(args.fakenvml / f, "sha256") for f in
                              ("libnvidia-ml.so.1", "nvidia-smi")],
-                             [[f.name, sha(f, "sha256")] for f in sorted(args.model_dir.iterdir()) if f.is_file()],
+                             [[f.name, sha(f, "sha256")] for d in [args.model_dir, *STANDIN_MODELS.values()]
+                              for f in sorted(d.iterdir()) if f.is_file()],
                              args.model_name, args.keyring_ports])
     if stamp.exists() and stamp.read_text() == stamp_text and (out / "apt" / DISTRO / ARCH / "InRelease").exists():
         print("  apt packages, keyrings, model archive up to date")

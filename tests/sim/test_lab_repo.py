@@ -113,6 +113,17 @@ def test_keyring_per_port_points_apt_at_that_port(repo, tmp_path):
     assert not (repo / "keyring/18092").exists()
 
 
+def test_a_70b_stand_in_that_fits_on_four_field_gpus(repo):
+    fixture = ROOT / "tests/fixtures/models/llama-3.1-70b"
+    with tarfile.open(repo / "models/llama-3.1-70b.tar") as tar:
+        assert sorted(tar.getnames()) == ["config.json", "model.safetensors.index.json", "tokenizer.json",
+                                          "tokenizer_config.json"]
+        index = json.load(tar.extractfile("model.safetensors.index.json"))
+    assert index == json.loads((fixture / "model.safetensors.index.json").read_text())
+    # 70B-class: its weights need more than one 96 GB GPU of the field spec and fit in four
+    assert 96e9 < index["metadata"]["total_size"] < 4 * 96e9 * 0.8
+
+
 def test_stand_in_model_and_hub(repo):
     fixture = ROOT / "tests/fixtures/models/glm-5-nvfp4"
     with tarfile.open(repo / "models/glm-5-nvfp4.tar") as tar:
