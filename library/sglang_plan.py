@@ -140,6 +140,10 @@ options:
     description: More smg options (snake_case names, values; true for a switch).
     type: dict
     default: {}
+  gateway_metrics_port:
+    description: The port of the gateway's Prometheus metrics, on 127.0.0.1.
+    type: int
+    default: 29000
   replica_host:
     description: Where the replicas listen.
     type: str
@@ -333,6 +337,7 @@ ARGUMENT_SPEC = {
     "gateway_policy": {"type": "str", "default": "cache_aware"},
     "gateway_health_interval": {"type": "int", "default": 10},
     "gateway_args": {"type": "dict", "default": {}},
+    "gateway_metrics_port": {"type": "int", "default": 29000},
     "replica_host": {"type": "str", "default": "127.0.0.1"},
     "replica_ports": {"type": "list", "elements": "int", "default": []},
     "measured": {"type": "list", "elements": "dict", "default": []},
@@ -353,7 +358,7 @@ ARGUMENT_SPEC = {
     "save_to": {"type": "path"},
 }
 GATEWAY_OPTIONS = ("gateway", "gateway_releases", "gateway_version", "gateway_policy", "gateway_health_interval",
-                   "gateway_args", "replica_host", "replica_ports")
+                   "gateway_args", "gateway_metrics_port", "replica_host", "replica_ports")
 CONTROLLER_ONLY = ("sysfs_root", "results_dir", "save_to")
 
 
@@ -412,7 +417,7 @@ def main():
     try:
         result = gateway.serve(result, mine, served["gateway"], served["gateway_releases"], served["gateway_version"],
                                served["gateway_policy"], served["gateway_health_interval"], served["replica_ports"],
-                               served["replica_host"], served["gateway_args"])
+                               served["replica_host"], served["gateway_args"], served["gateway_metrics_port"])
     except gateway.GatewayError as exc:
         module.fail_json(msg="sglang_plan: %s" % exc, stage="plan")
     report = render_report(result, python)

@@ -22,7 +22,8 @@ POLICIES = ("random", "round_robin", "passthrough", "cache_aware", "power_of_two
 UNIT_NAME = "topolaunch-gateway.service"
 # Options topolaunch sets itself: the user's topolaunch_gateway_args may not set them.
 _OWN = {"host", "port", "worker_urls", "policy", "api_key", "disable_health_check", "health_check_endpoint",
-        "health_check_interval_secs", "health_failure_threshold", "health_success_threshold"}
+        "health_check_interval_secs", "health_failure_threshold", "health_success_threshold", "prometheus_host",
+        "prometheus_port"}
 
 
 class GatewayError(ValueError):
@@ -71,10 +72,11 @@ def _item(value, field):
     return text
 
 
-def argv(replicas, host, port, policy="cache_aware", health_interval=10, extra=None):
+def argv(replicas, host, port, policy="cache_aware", health_interval=10, extra=None, metrics_port=29000):
     """The gateway's command line after `smg launch`: listen on host:port, route to every replica's URL with
-    `policy`, probe each replica's /health (SGLang's liveness route) every `health_interval` seconds. `extra`:
-    the user's topolaunch_gateway_args (snake_case smg options: value, true for a switch, a list for many)."""
+    `policy`, probe each replica's /health (SGLang's liveness route) every `health_interval` seconds, serve its
+    Prometheus metrics on 127.0.0.1:metrics_port (smg's default is every address). `extra`: the user's
+    topolaunch_gateway_args (snake_case smg options: value, true for a switch, a list for many)."""
     if policy not in POLICIES:
         raise GatewayError("topolaunch_gateway_policy: %r is not one of smg's policies %s" % (
             policy, ", ".join(POLICIES)))
@@ -89,8 +91,17 @@ def argv(replicas, host, port, policy="cache_aware", health_interval=10, extra=N
         raise GatewayError("the gateway has no replica to route to")
     out = ["--host", _item(host, "topolaunch_host"), "--port", str(int(port)),
            "--worker-urls"] + [_item(r["url"], "replica %d url" % r["index"]) for r in replicas]
+    try:
+        metrics = replica_split.port_number(metrics_port, "topolaunch_gateway_metrics_port")
+    except replica_split.ReplicaError as exc:
+        raise GatewayError(str(exc))
+    if metrics == int(port):
+        raise GatewayError("topolaunch_gateway_metrics_port: %d is the gateway's port (topolaunch_port)" % metrics)
+    if metrics in [int(r["port"]) for r in replicas if "port" in r]:
+        raise GatewayError("topolaunch_gateway_metrics_port: %d is a replica's port" % metrics)
     out += ["--policy", policy, "--health-check-endpoint", "/health",
-            "--health-check-interval-secs", str(interval)]
+            "--health-check-interval-secs", str(interval), "--prometheus-host", "127.0.0.1",
+            "--prometheus-port", str(metrics)]
     for key, value in sorted((extra or {}).items()):
         name = str(key)
         if name in _OWN or name.replace("-", "_") in _OWN:
@@ -121,7 +132,7 @@ def describe(gateway_argv, replicas):
 
 
 def serve(plan, topology=None, mode="auto", releases=None, version=None, policy="cache_aware", health_interval=10,
-          replica_ports=None, replica_host="127.0.0.1", extra=None):
+          replica_ports=None, replica_host="127.0.0.1", extra=None, metrics_port=29000):
     """The plan as it is served: unchanged when the gateway is not wanted (dp = 1 keeps today's single unit, and
     `never` keeps SGLang's own --dp-size); else the plan with `replicas` (replicas.split: which replica is where)
     and `gateway` {unit, version, package, requirements, host, port, url, policy, argv}. Every check runs here, on
@@ -136,7 +147,7 @@ def serve(plan, topology=None, mode="auto", releases=None, version=None, policy=
     except replica_split.ReplicaError as exc:
         raise GatewayError(str(exc))
     gateway_argv = argv(reps, plan.get("host", "127.0.0.1"), plan.get("port", 30000), policy, health_interval,
-                        extra)
+                        extra, metrics_port)
     out = dict(plan)
     out["replicas"] = reps
     out["gateway"] = {"unit": UNIT_NAME, "version": row["version"], "package": row["package"],

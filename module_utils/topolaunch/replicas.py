@@ -12,7 +12,8 @@ or P2P cliques. Plain Python 3.9+ stdlib.
 """
 from ansible_collections.topolaunch.sglang.plugins.module_utils.text import control_character
 
-__all__ = ["UNIT_TEMPLATE", "ReplicaError", "unit_name", "replica_ports", "split", "replica_plan", "url_host"]
+__all__ = ["UNIT_TEMPLATE", "ReplicaError", "unit_name", "replica_ports", "split", "replica_plan", "url_host",
+           "port_number"]
 
 UNIT_TEMPLATE = "topolaunch-sglang@.service"
 # Flags a replica sets itself (its own --host, --port and --numa-node; no --dp-size: one replica is dp 1).
@@ -31,7 +32,7 @@ def unit_name(index, template=UNIT_TEMPLATE):
     return "%s@%d%s" % (prefix, int(index), suffix)
 
 
-def _port(value, field):
+def port_number(value, field):
     try:
         port = int(value)
     except (TypeError, ValueError):
@@ -44,14 +45,14 @@ def _port(value, field):
 def replica_ports(dp, gateway_port, ports=None, field="topolaunch_replica_ports"):
     """The port of each of `dp` replicas: `ports` when given (one per replica), else the ports after the gateway's
     (gateway_port + 1 + i). A replica port equal to the gateway's or to another replica's is refused, naming it."""
-    gateway_port = _port(gateway_port, "topolaunch_port")
+    gateway_port = port_number(gateway_port, "topolaunch_port")
     if ports:
         if not isinstance(ports, (list, tuple)):
             raise ReplicaError("%s: %r is not a list of ports" % (field, ports))
         if len(ports) != dp:
             raise ReplicaError("%s: %d ports %s for %d replicas: give one port per replica" % (
                 field, len(ports), list(ports), dp))
-        out = [_port(p, "%s[%d]" % (field, i)) for i, p in enumerate(ports)]
+        out = [port_number(p, "%s[%d]" % (field, i)) for i, p in enumerate(ports)]
     else:
         out = [gateway_port + 1 + i for i in range(dp)]
         if out[-1] > 65535:

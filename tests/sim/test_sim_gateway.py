@@ -87,8 +87,8 @@ def served(tmp_path, sim_site_0523, gateway_python):
     for r in reps:
         r.wait_ready()
     port = free_port()
-    argv = gateway.argv([{"index": r.index, "url": r.url} for r in reps], "127.0.0.1", port, "cache_aware", 1,
-                        {"log_level": "warn"})
+    argv = gateway.argv([{"index": r.index, "url": r.url, "port": r.port} for r in reps], "127.0.0.1", port,
+                        "cache_aware", 1, {"log_level": "warn"}, free_port())
     creds = tmp_path / "credentials"
     creds.mkdir(mode=0o700)
     (creds / "api-key").write_text(KEY + "\n")

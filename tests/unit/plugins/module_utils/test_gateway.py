@@ -60,7 +60,8 @@ def test_serve_field_tp4dp2(field):
     assert gw["unit"] == "topolaunch-gateway.service" and (gw["host"], gw["port"]) == ("127.0.0.1", 30000)
     assert gw["argv"] == ["--host", "127.0.0.1", "--port", "30000", "--worker-urls", "http://127.0.0.1:30001",
                           "http://127.0.0.1:30002", "--policy", "cache_aware", "--health-check-endpoint", "/health",
-                          "--health-check-interval-secs", "10"]
+                          "--health-check-interval-secs", "10", "--prometheus-host", "127.0.0.1",
+                          "--prometheus-port", "29000"]
     assert "topolaunch-sglang@1.service on GPUs 4,5,6,7 port 30002 NUMA 1" in out["reason"]
     assert "--dp-size" in plan["argv"]                       # the plan itself is left as the planner made it
 
@@ -87,7 +88,7 @@ def test_serve_refuses_auto_without_a_matching_release(field):
 
 
 def test_argv_policy_extra_and_refusals():
-    reps = [{"index": 0, "url": "http://127.0.0.1:1"}]
+    reps = [{"index": 0, "url": "http://127.0.0.1:1", "port": 1}]
     out = gateway.argv(reps, "0.0.0.0", 8000, "round_robin", 3, {"request_timeout_secs": 60, "log_json": True,
                                                                    "cors_allowed_origins": ["a", "b"],
                                                                    "disable_retries": False})
@@ -101,8 +102,13 @@ def test_argv_policy_extra_and_refusals():
                        (dict(extra={"disable-health-check": True}), "topolaunch_gateway_args.disable-health-check"),
                        (dict(extra={"log_dir": "--x"}), "topolaunch_gateway_args.log_dir: '--x' looks like a flag"),
                        (dict(extra={"log_dir": "a\rb"}), "control character"),
-                       (dict(extra={"a b": 1}), "'a b' is not an option name")]:
-        kw = dict(policy="cache_aware", health_interval=10, extra=None)
+                       (dict(extra={"a b": 1}), "'a b' is not an option name"),
+                       (dict(extra={"prometheus_port": 1}), "topolaunch_gateway_args.prometheus_port"),
+                       (dict(metrics_port=8000), "topolaunch_gateway_metrics_port: 8000 is the gateway's port"),
+                       (dict(metrics_port=1), "topolaunch_gateway_metrics_port: 1 is a replica's port"),
+                       (dict(metrics_port="x"), "topolaunch_gateway_metrics_port: 'x' is not a port number")]:
+        kw = dict(policy="cache_aware", health_interval=10, extra=None, metrics_port=29000)
         kw.update(bad)
         with pytest.raises(gateway.GatewayError, match=match):
-            gateway.argv(reps, "127.0.0.1", 8000, kw["policy"], kw["health_interval"], kw["extra"])
+            gateway.argv(reps, "127.0.0.1", 8000, kw["policy"], kw["health_interval"], kw["extra"],
+                         kw["metrics_port"])
