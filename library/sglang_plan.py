@@ -112,6 +112,47 @@ options:
         description: C(--port) of that node.
         type: int
         required: true
+  gateway:
+    description:
+      - Serve a DP layout as independent replicas behind the model gateway (smg) - C(auto) when dp > 1, C(always)
+        (one replica too), C(never) (SGLang's own C(--dp-size) in one server, the plan as before). With the gateway
+        the plan gains C(replicas) (which replica is where - unit, GPUs, port, C(--numa-node), env, argv) and
+        C(gateway) (unit, release, host, port, policy, argv); a bad value or a missing pairing fails the plan.
+    type: str
+    default: never
+  gateway_releases:
+    description: The release table (role topolaunch, C(topolaunch_gateway_releases)) - per gateway release its
+      package, pinned requirements and the SGLang releases it pairs with.
+    type: dict
+    default: {}
+  gateway_version:
+    description: The gateway release installed (C(topolaunch_gateway_version)); it must pair with the SGLang release.
+    type: str
+  gateway_policy:
+    description: smg's routing policy (C(--policy)).
+    type: str
+    default: cache_aware
+  gateway_health_interval:
+    description: Seconds between the gateway's health checks of each replica.
+    type: int
+    default: 10
+  gateway_args:
+    description: More smg options (snake_case names, values; true for a switch).
+    type: dict
+    default: {}
+  gateway_metrics_port:
+    description: The port of the gateway's Prometheus metrics, on 127.0.0.1.
+    type: int
+    default: 29000
+  replica_host:
+    description: Where the replicas listen.
+    type: str
+    default: 127.0.0.1
+  replica_ports:
+    description: One port per replica (default the ports after O(port), the gateway's).
+    type: list
+    elements: int
+    default: []
   measured:
     description: Measured records (model, topology_fingerprint, layout, output_throughput, max_concurrency).
     type: list
@@ -266,6 +307,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.topolaunch.sglang.plugins.module_utils import gateway
 from ansible_collections.topolaunch.sglang.plugins.module_utils.launch import LaunchError, installed_record
 from ansible_collections.topolaunch.sglang.plugins.module_utils.nccl_topo import written_for
 from ansible_collections.topolaunch.sglang.plugins.module_utils.plan_fit import plan_with_fit
@@ -290,6 +332,15 @@ ARGUMENT_SPEC = {
     "allow_cross_node_tp": {"type": "bool", "default": False},
     "node_servers": {"type": "list", "elements": "dict", "options": {"host": {"type": "str", "required": True},
                                                                      "port": {"type": "int", "required": True}}},
+    "gateway": {"type": "str", "default": "never"},
+    "gateway_releases": {"type": "dict", "default": {}},
+    "gateway_version": {"type": "str"},
+    "gateway_policy": {"type": "str", "default": "cache_aware"},
+    "gateway_health_interval": {"type": "int", "default": 10},
+    "gateway_args": {"type": "dict", "default": {}},
+    "gateway_metrics_port": {"type": "int", "default": 29000},
+    "replica_host": {"type": "str", "default": "127.0.0.1"},
+    "replica_ports": {"type": "list", "elements": "int", "default": []},
     "measured": {"type": "list", "elements": "dict", "default": []},
     "gpus": {"type": "list", "elements": "int"},
     "pp_layer_partition": {"type": "list", "elements": "int"},
@@ -307,6 +358,8 @@ ARGUMENT_SPEC = {
     "results_dir": {"type": "path"},
     "save_to": {"type": "path"},
 }
+GATEWAY_OPTIONS = ("gateway", "gateway_releases", "gateway_version", "gateway_policy", "gateway_health_interval",
+                   "gateway_args", "gateway_metrics_port", "replica_host", "replica_ports")
 CONTROLLER_ONLY = ("sysfs_root", "results_dir", "save_to")
 
 
@@ -347,6 +400,11 @@ def main():
     topo_file = p.pop("nccl_topo_file")
     p["nccl_topo_file"] = topo_file if topo_file and written_for(topo_file, fingerprint) else None
     options = {key: p.pop(key) for key in TUNE_OPTIONS}
+    served = {key: p.pop(key) for key in GATEWAY_OPTIONS}
+    try:
+        gateway.wanted(served["gateway"], 1)       # a bad mode fails before the planner runs
+    except gateway.GatewayError as exc:
+        module.fail_json(msg="sglang_plan: %s" % exc, stage="plan")
     tuning = p["layout"] == "tune"
     try:
         if tuning:
@@ -357,6 +415,12 @@ def main():
         module.fail_json(msg="sglang_plan: %d problem(s): %s" % (len(exc.reasons), " | ".join(exc.reasons)),
                          reasons=exc.reasons, candidates=candidate_table(exc.partial.get("candidates", [])),
                          stage="plan")
+    try:
+        result = gateway.serve(result, mine, served["gateway"], served["gateway_releases"], served["gateway_version"],
+                               served["gateway_policy"], served["gateway_health_interval"], served["replica_ports"],
+                               served["replica_host"], served["gateway_args"], served["gateway_metrics_port"])
+    except gateway.GatewayError as exc:
+        module.fail_json(msg="sglang_plan: %s" % exc, stage="plan")
     report = render_report(result, python)
     candidates = result.pop("candidates")          # beside the plan, not inside it
     extra = {"fit": fit} if fit else {}

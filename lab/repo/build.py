@@ -75,6 +75,10 @@ HF_REPOS = {
     "topolaunch-lab/gated-model": ("0d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e", "manual"),
 }
 
+# More stand-in models as archives beside the main one (models/<name>.tar): a 70B-class dense model that fits on
+# four of the field spec's GPUs, for DP layouts of one replica per socket (tp4dp2).
+STANDIN_MODELS = {"llama-3.1-70b": ROOT / "tests/fixtures/models/llama-3.1-70b"}
+
 TMPFILES_CONF = "d /run/fake-nvml 1777 root root -\n"
 PERSISTENCED = """#!/bin/sh
 # topolaunch lab stand-in for nvidia-persistenced: there is no kernel driver to keep initialised in the lab.
@@ -331,6 +335,13 @@ def wanted_wheels():
     return list(defaults["topolaunch_tools_packages"]) + BUILD_WHEELS
 
 
+def gateway_requirements():
+    """{gateway release: its requirement lines with hashes} from the role topolaunch's release table: the lab hosts
+    install the gateway from the lab repository's pip/ with pip --require-hashes, as provisioning does anywhere."""
+    defaults = yaml.safe_load((ROOT / "roles/topolaunch/defaults/main.yml").read_text())
+    return {version: list(row["requirements"]) for version, row in defaults["topolaunch_gateway_releases"].items()}
+
+
 def write_index(directory):
     links = "".join(f'<a href="{html.escape(w.name)}">{html.escape(w.name)}</a><br>\n'
                     for w in sorted(directory.glob("*.whl")))
@@ -368,7 +379,8 @@ def pip_repo(out, python, sim_builder):
     pipdir = out / "pip"
     pipdir.mkdir(parents=True, exist_ok=True)
     sims = sim_wheels(pipdir, python, sim_builder)
-    stamp_text = json.dumps([wanted_wheels(), [sha(w, "sha256") for w in sims]])
+    gateways = gateway_requirements()
+    stamp_text = json.dumps([wanted_wheels(), [sha(w, "sha256") for w in sims], gateways])
     stamp = pipdir / ".download-stamp"
     if stamp.exists() and stamp.read_text() == stamp_text:
         print("  pip wheels up to date")
@@ -377,6 +389,12 @@ def pip_repo(out, python, sim_builder):
         pip_download(python, pipdir, wanted_wheels())
         for wheel in sims:  # one resolve per simulator wheel: two sglang versions cannot be in one
             pip_download(python, pipdir, [f"{wheel}[all]"])  # [all]: the extra the sglang role installs
+        for version, lines in gateways.items():  # the model gateway (smg), each wheel checked against its hash
+            print(f"  pip download the model gateway {version}: {' '.join(l.split()[0] for l in lines)}")
+            with tempfile.NamedTemporaryFile("w", suffix=".txt", dir=pipdir) as req:
+                req.write("".join(line + "\n" for line in lines))
+                req.flush()
+                pip_download(python, pipdir, ["--require-hashes", "--no-deps", "-r", req.name])
         stamp.write_text(stamp_text)
     write_index(pipdir)
     print(f"  pip: {len(list(pipdir.glob('*.whl')))} wheels ({', '.join(w.name for w in sims)})")
@@ -498,6 +516,9 @@ def apt_repo(out, args):
     keyring_packages(out, keyring, args.keyring_ports)
     (out / "keyring" / "cuda-archive-keyring.gpg").write_bytes(keyring)
     index = model_archive(out, args.model_dir, args.model_name)
+    for name, model_dir in STANDIN_MODELS.items():
+        if name != args.model_name:
+            model_archive(out, model_dir, name)
     hf_standin(out, index)
 
 
@@ -531,7 +552,8 @@ def main(argv=None):
     stamp = out / ".apt-stamp"
     stamp_text = json.dumps([sha(Path(__file__), "sha256"), [sha(args.fakenvml / f, "sha256") for f in
                              ("libnvidia-ml.so.1", "nvidia-smi")],
-                             [[f.name, sha(f, "sha256")] for f in sorted(args.model_dir.iterdir()) if f.is_file()],
+                             [[f.name, sha(f, "sha256")] for d in [args.model_dir, *STANDIN_MODELS.values()]
+                              for f in sorted(d.iterdir()) if f.is_file()],
                              args.model_name, args.keyring_ports])
     if stamp.exists() and stamp.read_text() == stamp_text and (out / "apt" / DISTRO / ARCH / "InRelease").exists():
         print("  apt packages, keyrings, model archive up to date")

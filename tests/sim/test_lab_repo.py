@@ -113,6 +113,17 @@ def test_keyring_per_port_points_apt_at_that_port(repo, tmp_path):
     assert not (repo / "keyring/18092").exists()
 
 
+def test_a_70b_stand_in_that_fits_on_four_field_gpus(repo):
+    fixture = ROOT / "tests/fixtures/models/llama-3.1-70b"
+    with tarfile.open(repo / "models/llama-3.1-70b.tar") as tar:
+        assert sorted(tar.getnames()) == ["config.json", "model.safetensors.index.json", "tokenizer.json",
+                                          "tokenizer_config.json"]
+        index = json.load(tar.extractfile("model.safetensors.index.json"))
+    assert index == json.loads((fixture / "model.safetensors.index.json").read_text())
+    # 70B-class: its weights need more than one 96 GB GPU of the field spec and fit in four
+    assert 96e9 < index["metadata"]["total_size"] < 4 * 96e9 * 0.8
+
+
 def test_stand_in_model_and_hub(repo):
     fixture = ROOT / "tests/fixtures/models/glm-5-nvfp4"
     with tarfile.open(repo / "models/glm-5-nvfp4.tar") as tar:
@@ -251,3 +262,11 @@ def test_a_rebuild_downloads_nothing_again(repo_with_pip):
     _, calls, calls_after, _, second = repo_with_pip
     assert calls_after == calls
     assert "pip wheels up to date" in second and "pip-client wheels up to date" in second
+
+
+def test_pip_carries_the_model_gateway_checked_against_its_hashes(repo_with_pip):
+    out, calls, _, _, _ = repo_with_pip
+    pip = out / "pip"
+    gateway = [c for c in calls if "--dest %s " % pip in c and "--require-hashes" in c]
+    # one download per gateway release of the role topolaunch's table, every wheel checked (--require-hashes)
+    assert len(gateway) == 1 and "--no-deps -r " in gateway[0] and "--python-version 3.11" in gateway[0]

@@ -6,6 +6,7 @@ answer 503 while starting or draining and otherwise wait for any engine output a
 (polling every SGLANG_SIM_HEALTH_POLL_SECONDS, 1 s as SGLang), --api-key guards everything but /health* and
 /metrics*, unknown paths 404 {"detail": "Not Found"}, bad requests 400.
 """
+import datetime
 import http
 import http.server
 import json
@@ -14,6 +15,7 @@ import os
 import socket
 import threading
 import time
+import urllib.parse
 import uuid
 
 from sglang._sim import logutil, release
@@ -276,6 +278,35 @@ class Handler(http.server.BaseHTTPRequestHandler):
         """0.5.23 /ready: 200 once the server is up and not shutting down, else 503 (523:http_server.py:713-718)."""
         st = self.state
         self.send_empty(200 if st.status == "up" and not st.draining else 503)
+
+    def loads(self):
+        """/v1/loads (both releases: sglang/srt/entrypoints/v1_loads.py): one LoadSnapshot per DP rank, the core
+        fields always, the `queues` and `memory` sections when `include` asks (default all); an unknown section is
+        SGLang's 400. The model gateway polls it for its load-aware policies."""
+        st = self.state
+        query = urllib.parse.parse_qs(self.path.partition("?")[2])
+        include = {s.strip() for s in query.get("include", [""])[0].split(",") if s.strip()} or None
+        valid = {"core", "memory", "spec", "lora", "disagg", "queues", "all"}
+        if include is not None and not include <= valid:
+            self.send_json(400, {"detail": "Invalid include sections: %s. Valid options: %s" % (
+                include - valid, sorted(valid))})
+            return
+        running, waiting, used = st.engine.load()
+        capacity = st.scheduler_info["max_total_num_tokens"]
+        core = {"timestamp": time.time(), "dp_rank": 0, "num_running_reqs": running, "num_waiting_reqs": waiting,
+                "num_waiting_uncached_tokens": 0, "num_used_tokens": used, "num_total_tokens": capacity,
+                "num_active_tokens": used, "num_prealloc_ready_tokens": 0, "max_total_num_tokens": capacity,
+                "max_running_requests": st.engine.max_running,
+                "token_usage": round(used / float(capacity), 4) if capacity else 0.0,
+                "gen_throughput": 0.0, "cache_hit_rate": 0.0, "utilization": 0.0,
+                "total_prefill_uncached_tokens": 0, "total_prefill_busy_us": 0, "decode_moments": None}
+        every = include is None or "all" in include
+        if every or "queues" in (include or ()):
+            core["queues"] = {"waiting": waiting, "grammar": 0, "paused": 0, "retracted": 0, "prealloc_ready": 0}
+        tp = int(getattr(st.args, "tp_size", 1) or 1) * int(getattr(st.args, "pp_size", 1) or 1)
+        self.send_json(200, {"timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                             "version": release.sim_version(), "accelerator": None, "num_accelerators": tp,
+                             "loads": [core]})
 
     def freeze_gc(self):
         """/freeze_gc (GET or POST, admin key optional): 0.5.23's warmup calls it (523:http_server.py:1254-1264)."""
@@ -568,6 +599,7 @@ ROUTES = {
     "/freeze_gc": (("GET", "POST"), Handler.freeze_gc),
     "/ready": (("GET",), Handler.ready),
     "/metrics": (("GET",), Handler.metrics),
+    "/v1/loads": (("GET",), Handler.loads),
     "/generate": (("POST", "PUT"), Handler.generate),
     "/v1/completions": (("POST",), Handler.completions),
     "/v1/chat/completions": (("POST",), Handler.chat_completions),
