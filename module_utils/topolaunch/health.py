@@ -17,7 +17,9 @@ an error of an earlier run never counts.
 
 `check(...)` is the whole `sglang_health` module: it reads the plan the unit runs (current_plan.json: host, port,
 model), calls `wait_chunk`, and once the server is ready (with `verify`) asks it in the same call: /health until
-200, /model_info names our model, one /generate returns tokens; then it records the plan as last known good.
+200, /model_info names our model, one /generate returns tokens, the answer probe passes (`answer_probe`: a question
+whose answer is known, greedy; a plain function a watchdog can call too); then it records the plan as last known
+good.
 Every failure carries the plan in its result when it was read, so the caller knows which plan failed, and the last
 known good plan with whether it runs another server (`last_good_plan`, `last_good_differs`): what a rollback needs,
 without reading files back. Mode `serving` (the bench stage's question "does the server serve the plan health
@@ -412,12 +414,15 @@ def chat_template_source(plan):
         path = os.path.join(directory, name)
         if _json_template(path):
             return path + " (chat_template)"
-    path = os.path.join(directory, TEMPLATE_FILE)
-    if os.path.isfile(path) and os.path.getsize(path) > 0:
-        return path
-    path = os.path.join(directory, TEMPLATE_DIR)
-    if os.path.isdir(path) and any(n.endswith(".jinja") for n in os.listdir(path)):
-        return path
+    try:
+        path = os.path.join(directory, TEMPLATE_FILE)
+        if os.path.isfile(path) and os.path.getsize(path) > 0:
+            return path
+        path = os.path.join(directory, TEMPLATE_DIR)
+        if os.path.isdir(path) and any(n.endswith(".jinja") for n in os.listdir(path)):
+            return path
+    except OSError:         # unreadable: no template found (SGLang would not read one either)
+        pass
     return None
 
 
@@ -488,16 +493,19 @@ def answer_probe(plan, settings=None, http=http_request, api_key="", timeout=60.
     parsed = _probe_answer(endpoint, _json(text))
     if parsed is None:
         raise HealthError("The answer probe (%s; %s) got no answer in SGLang's shape: %s"
-                          % (asked, how, _short(text) or "(empty body)"), {"answer_probe": dict(result, state="failed")})
+                          % (asked, how, _short(text) or "(empty body)"),
+                          {"answer_probe": dict(result, state="failed")})
     answer, finish, completion = parsed
     result.update(answer=answer, finish_reason=finish, completion_tokens=completion)
     said = "%s (%s tokens, finish reason %s)" % (shown(answer, 160), completion if completion is not None else "?",
                                                  finish or "?")
-    if expect.casefold() not in answer.casefold() and expect.casefold() not in _DIGIT_GROUPS.sub("", answer).casefold():
+    wanted = expect.casefold()
+    if wanted not in answer.casefold() and wanted not in _DIGIT_GROUPS.sub("", answer).casefold():
         raise HealthError(
             "The answer probe failed: %s (%s), the server answered %s, without %s. A server that answers wrongly "
             "does not serve: a setting it runs with garbles its output (a KV cache dtype or a kernel the GPU "
-            "mishandles, for one)." % (asked, how, said, shown(expect, 60)), {"answer_probe": dict(result, state="failed")})
+            "mishandles, for one)." % (asked, how, said, shown(expect, 60)),
+            {"answer_probe": dict(result, state="failed")})
     return dict(result, state="passed",
                 summary="the answer probe passed (%s through %s: %s)" % (asked, PROBE_PATHS[endpoint],
                                                                            shown(answer, 80)))
@@ -605,9 +613,9 @@ def check(unit, plan_path, last_good_path, invocation_id=None, known="started", 
     `owner`). Returns the wait's result plus plan, already_serving (the first look of a new wait found it serving:
     since_start_s is its uptime) and, verified: verified, last_good_changed, url, health_s, generated_tokens,
     generated_text, answer_probe (with `probe`, the answer probe's settings: its result; a worker node: url,
-    health_s, worker). A wrong answer fails like any unhealthy server (state answer). Without `record` every result also carries the last
-    known good plan (last_good_plan, last_good_differs), as failures do: the nodes of one server record only once
-    every node passed (mode record), and roll back together when one did not.
+    health_s, worker). A wrong answer fails like any unhealthy server (state answer). Without `record` every result
+    also carries the last known good plan (last_good_plan, last_good_differs), as failures do: the nodes of one
+    server record only once every node passed (mode record), and roll back together when one did not.
     mode serving: one look; the server must be ready, answer /health 200 and run the last known good plan. Nothing
     is written.
     mode record: record the plan the unit runs as the last known good one, and nothing else.

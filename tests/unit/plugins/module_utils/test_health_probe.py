@@ -72,7 +72,8 @@ def base(tmp_path):
     (None, DEFAULTS), ("", DEFAULTS), ("auto", DEFAULTS), ("AUTO ", DEFAULTS),
     ("on", dict(DEFAULTS, mode="on")), (True, dict(DEFAULTS, mode="on")), ("yes", dict(DEFAULTS, mode="on")),
     ("off", dict(DEFAULTS, mode="off")), (False, dict(DEFAULTS, mode="off")), ("false", dict(DEFAULTS, mode="off")),
-    ({}, DEFAULTS), ({"max_tokens": 16}, dict(DEFAULTS, max_tokens=16)), ({"max_tokens": "16"}, dict(DEFAULTS, max_tokens=16)),
+    ({}, DEFAULTS), ({"max_tokens": 16}, dict(DEFAULTS, max_tokens=16)),
+    ({"max_tokens": "16"}, dict(DEFAULTS, max_tokens=16)),
     ({"prompt": "The capital of France is", "expect": "Paris"},
      dict(DEFAULTS, mode="on", prompt="The capital of France is", expect="Paris")),
     ({"prompt": "Say {number}", "expect": "{number}", "mode": "auto", "endpoint": "generate"},
@@ -289,7 +290,8 @@ def _sim_plan(lab, server, chat_template=True):
             "argv": ["--model-path", model]}
 
 
-def test_the_simulator_passes_as_a_correct_model_and_fails_with_garbage_output(tmp_path, sim_site):  # noqa: F811  pylint: disable=redefined-outer-name
+def test_the_simulator_passes_as_a_correct_model_and_fails_with_garbage_output(  # noqa: F811
+        tmp_path, sim_site):  # pylint: disable=redefined-outer-name
     lab = Lab(tmp_path, sim_site)
     try:
         model = lab.model("llama-2-7b")
