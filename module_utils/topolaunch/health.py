@@ -487,8 +487,8 @@ def answer_probe(plan, settings=None, http=http_request, api_key="", timeout=60.
     headers = {"Authorization": "Bearer " + api_key} if api_key else {}
     status, text = http("POST", url, body=body, headers=headers, timeout=timeout)
     if status != 200:
-        raise HealthError("The answer probe (%s; %s) %s%s" % (asked, how, _answer(status, text),
-                                                             _key_hint(status, api_key)),
+        why = _answer(status, text) + _key_hint(status, api_key)
+        raise HealthError("The answer probe (%s; %s) %s" % (asked, how, why),
                           {"answer_probe": dict(result, state="failed")})
     parsed = _probe_answer(endpoint, _json(text))
     if parsed is None:
@@ -506,9 +506,8 @@ def answer_probe(plan, settings=None, http=http_request, api_key="", timeout=60.
             "does not serve: a setting it runs with garbles its output (a KV cache dtype or a kernel the GPU "
             "mishandles, for one)." % (asked, how, said, shown(expect, 60)),
             {"answer_probe": dict(result, state="failed")})
-    return dict(result, state="passed",
-                summary="the answer probe passed (%s through %s: %s)" % (asked, PROBE_PATHS[endpoint],
-                                                                           shown(answer, 80)))
+    summary = "the answer probe passed (%s through %s: %s)" % (asked, PROBE_PATHS[endpoint], shown(answer, 80))
+    return dict(result, state="passed", summary=summary)
 
 
 def _key_hint(status, api_key):
