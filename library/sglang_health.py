@@ -31,6 +31,11 @@ description:
   - With O(record=false) a verified plan is not recorded. Every result then carries C(last_good_plan) and
     C(last_good_differs). O(mode=record) later records the plan the unit runs, and nothing else. The nodes of one
     server record once every node passed, and roll back together when one did not.
+  - With O(verify), the answer probe follows the generation (O(answer_probe)). A question whose answer is known is
+    asked with greedy decoding (temperature 0). An instruct model (a chat template, as SGLang finds one) is asked
+    through /v1/chat/completions to repeat a random 8-digit number; its answer must contain it. A base model is
+    skipped unless the probe is on; then it gets a text to continue through /generate. A wrong answer fails like
+    any unhealthy server (C(state=answer)), naming the number and what came back.
   - Check mode writes nothing; the wait and the HTTP checks run as usual.
 extends_documentation_fragment:
   - topolaunch.sglang.common
@@ -98,6 +103,17 @@ options:
     description: Tokens the test generation asks for.
     type: int
     default: 8
+  answer_probe:
+    description:
+      - The answer probe after the generation (with O(verify)).
+      - C(auto) probes instruct models only (a chat template in the model directory or C(--chat-template)), C(on)
+        every model (a base model through /generate), C(off) none; C(true) and C(false) are on and off.
+      - A mapping sets the probe itself. Its keys are C(prompt), C(expect) (the text the answer must contain, case
+        ignored), C(mode), C(endpoint) (C(auto), C(chat) or C(generate)) and C(max_tokens) (default 64). In prompt
+        and expect, C({number}) is the probe's random 8-digit number. A prompt needs expect; with a prompt the
+        mode is C(on) unless given.
+    type: raw
+    default: auto
 author:
   - topolaunch project (@topolaunch)
 """
@@ -122,11 +138,19 @@ EXAMPLES = r"""
 - name: Every node passed - record the plan the unit runs as the last known good one
   topolaunch.sglang.sglang_health:
     mode: record
+
+- name: Verify with a known-answer probe of one's own (any model, base models included)
+  topolaunch.sglang.sglang_health:
+    verify: true
+    answer_probe:
+      prompt: "The capital of France is"
+      expect: Paris
 """
 
 RETURN = r"""
 state:
-  description: ready, progress or waiting (on failure also dead, timeout or ranks); recorded with O(mode=record).
+  description: ready, progress or waiting (on failure also dead, timeout, ranks or answer); recorded with
+    O(mode=record).
   returned: when the unit was read
   type: str
 milestone:
@@ -202,6 +226,12 @@ generated_text:
   description: Text of the test generation.
   returned: when verified
   type: str
+answer_probe:
+  description:
+    - The answer probe - C(state) (passed, skipped, failed), C(summary) (one line), C(why) (when skipped); when
+      asked also C(endpoint), C(number), C(prompt), C(expect), C(answer), C(finish_reason), C(completion_tokens).
+  returned: when verified (not on a worker node), and when the probe failed
+  type: dict
 error_lines:
   description: When the unit died, the log lines of this start that look like the error.
   returned: failure
@@ -213,7 +243,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.topolaunch.sglang.plugins.module_utils.constants import (
     CURRENT_PLAN, LAST_GOOD_PLAN, STATE_DIR, UNIT_NAME, state_file)
-from ansible_collections.topolaunch.sglang.plugins.module_utils.health import HealthError, check
+from ansible_collections.topolaunch.sglang.plugins.module_utils.health import HealthError, check, probe_settings
 
 ARGUMENT_SPEC = {
     "unit_name": {"type": "str", "default": UNIT_NAME, "aliases": ["unit"]},
@@ -234,6 +264,7 @@ ARGUMENT_SPEC = {
     "http_timeout": {"type": "float", "default": 60},
     "prompt": {"type": "str", "default": "The capital of France is"},
     "max_new_tokens": {"type": "int", "default": 8, "no_log": False},
+    "answer_probe": {"type": "raw", "default": "auto"},
 }
 
 
@@ -244,13 +275,18 @@ def main():
         if p[name] <= 0:
             module.fail_json(msg="%s %s: must be greater than 0" % (name, p[name]), stage="health")
     try:
+        probe = probe_settings(p["answer_probe"], "answer_probe")
+    except ValueError as err:
+        module.fail_json(msg=str(err), stage="health")
+    try:
         result = check(p["unit_name"], p["plan_path"] or state_file(p["state_dir"], CURRENT_PLAN),
                        p["last_good_path"] or state_file(p["state_dir"], LAST_GOOD_PLAN),
                        invocation_id=p["invocation_id"] or None, known=p["known_milestone"],
                        chunk_s=p["chunk_seconds"], startup_timeout=p["startup_timeout"],
                        journal_lines=p["journal_lines"], verify_server=p["verify"], check_mode=module.check_mode,
                        api_key=p["api_key"], ready_timeout=p["ready_timeout"], http_timeout=p["http_timeout"],
-                       prompt=p["prompt"], max_new_tokens=p["max_new_tokens"], mode=p["mode"], record=p["record"])
+                       prompt=p["prompt"], max_new_tokens=p["max_new_tokens"], mode=p["mode"], record=p["record"],
+                       probe=probe)
     except HealthError as exc:
         module.fail_json(msg=str(exc), stage="health", **exc.result)
     module.exit_json(changed=result.get("last_good_changed", False), stage="health", **result)

@@ -17,7 +17,9 @@ an error of an earlier run never counts.
 
 `check(...)` is the whole `sglang_health` module: it reads the plan the unit runs (current_plan.json: host, port,
 model), calls `wait_chunk`, and once the server is ready (with `verify`) asks it in the same call: /health until
-200, /model_info names our model, one /generate returns tokens; then it records the plan as last known good.
+200, /model_info names our model, one /generate returns tokens, the answer probe passes (`answer_probe`: a question
+whose answer is known, greedy; a plain function a watchdog can call too); then it records the plan as last known
+good.
 Every failure carries the plan in its result when it was read, so the caller knows which plan failed, and the last
 known good plan with whether it runs another server (`last_good_plan`, `last_good_differs`): what a rollback needs,
 without reading files back. Mode `serving` (the bench stage's question "does the server serve the plan health
@@ -28,6 +30,8 @@ Plain stdlib; commands go through `run(argv) -> (rc, out, err)`, HTTP through
 """
 import http.client
 import json
+import os
+import random
 import re
 import signal
 import socket
@@ -38,9 +42,11 @@ import urllib.request
 from . import health_nodes
 from .constants import base_version, server_view
 from .system import file_differs, journal, run as _run, show, write_atomic
+from .text import shown
 
 __all__ = ["HealthError", "MILESTONES", "milestones", "milestone", "label", "error_lines", "port_open",
-           "wait_chunk", "read_plan", "read_last_good", "http_request", "verify", "record_last_good", "check"]
+           "wait_chunk", "read_plan", "read_last_good", "http_request", "verify", "record_last_good", "check",
+           "probe_settings", "chat_template_source", "answer_probe"]
 
 # Per SGLang release: (key, words in SGLang's log line) in the order a start reaches them (docs/sglang-versions.md,
 # "Launch, log lines"). 0.5.9: model_runner.py:731, 899, 1041, 2146, 2160; http_server.py:1836. 0.5.23:
@@ -290,12 +296,236 @@ def _json(text):
     return data if isinstance(data, dict) else {}
 
 
+# ------------------------------------------------------------------------------------------ the answer probe
+# "Tokens came out" passes a server that answers garbage (a KV cache dtype or a kernel the GPU mishandles garbles
+# output, or emits one token and stops). The answer probe asks a question whose answer is known, greedily
+# (temperature 0): an instruct model is asked to repeat a random 8-digit number, and its answer must contain it.
+# Plain functions, no Ansible: the health stage calls answer_probe() after every launch, a watchdog may call it as
+# it is (answer_probe(plan) with the default settings).
+PROBE_MODES = ("auto", "on", "off")
+PROBE_ENDPOINTS = ("auto", "chat", "generate")
+PROBE_KEYS = ("mode", "prompt", "expect", "endpoint", "max_tokens")
+PROBE_NUMBER = "{number}"           # in a prompt or an expected answer: the probe's random 8-digit number
+PROBE_PROMPTS = {
+    # an instruct model, through its chat template
+    "chat": "Repeat this number exactly, digits only, and say nothing else: {number}",
+    # a base model (mode on), a text to continue
+    "generate": "Repeat the number {number}.\nThe number is",
+}
+PROBE_MAX_TOKENS = 64
+PROBE_MAX_TOKENS_LIMIT = 4096
+PROBE_PATHS = {"chat": "/v1/chat/completions", "generate": "/generate"}
+_BOOL_WORDS = {"true": "on", "yes": "on", "on": "on", "false": "off", "no": "off", "off": "off", "auto": "auto"}
+# Where Hugging Face transformers (and so SGLang, which asks the processor first, then the tokenizer:
+# 523:sglang/srt/parser/template_manager.py _resolve_hf_chat_template) finds a model's chat template: the key
+# chat_template of these JSON files, a chat_template.jinja, named templates in chat_templates/*.jinja.
+TEMPLATE_JSON = ("processor_config.json", "chat_template.json", "tokenizer_config.json")
+TEMPLATE_FILE = "chat_template.jinja"
+TEMPLATE_DIR = "chat_templates"
+# Digit groups an answer may write the number with ("48,213,077", "48 213 077"): not a wrong answer.
+_DIGIT_GROUPS = re.compile(r"(?<=\d)[,_' \u2009\u202f](?=\d)")
+
+
+def _mode(value, field):
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    word = _BOOL_WORDS.get(str(value).strip().lower()) if isinstance(value, str) else None
+    if word is None:
+        raise ValueError("%s: %r is not auto, on, off (true, false) or a mapping {prompt, expect}" % (field, value))
+    return word
+
+
+def _text(value, field):
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError("%s: %r is not a text" % (field, value))
+    return value if value.strip() else ""
+
+
+def probe_settings(value, field="answer_probe"):
+    """The answer probe's settings {mode, prompt, expect, endpoint, max_tokens} from what a user wrote: auto (the
+    default: instruct models only), on (every model; a base model through /generate), off, a boolean, or a mapping
+    of those keys (a prompt makes the mode on unless it says otherwise). `{number}` in prompt and expect is the
+    probe's random number. Raises ValueError with one line naming the field: a prompt without expect (nothing to
+    check), expect without a prompt, an unknown key, a bad mode, endpoint or max_tokens."""
+    if value is None or value == "":
+        value = "auto"
+    if not isinstance(value, dict):
+        return {"mode": _mode(value, field), "prompt": "", "expect": "", "endpoint": "auto",
+                "max_tokens": PROBE_MAX_TOKENS}
+    unknown = sorted(str(k) for k in value if k not in PROBE_KEYS)
+    if unknown:
+        raise ValueError("%s.%s: unknown key (the keys are %s)" % (field, unknown[0], ", ".join(PROBE_KEYS)))
+    prompt = _text(value.get("prompt"), field + ".prompt")
+    expect = _text(value.get("expect"), field + ".expect")
+    if prompt and not expect:
+        raise ValueError("%s.expect: missing: a probe with a prompt needs the text its answer must contain "
+                         "(expect; {number} is the probe's random number)" % field)
+    if expect and not prompt:
+        raise ValueError("%s.prompt: missing: expect %r needs the prompt it is the answer to" % (field, expect))
+    mode = value.get("mode")
+    mode = _mode(mode, field + ".mode") if mode not in (None, "") else ("on" if prompt else "auto")
+    endpoint = value.get("endpoint") or "auto"
+    if endpoint not in PROBE_ENDPOINTS:
+        raise ValueError("%s.endpoint: %r is not one of %s" % (field, endpoint, ", ".join(PROBE_ENDPOINTS)))
+    tokens = value.get("max_tokens")
+    tokens = PROBE_MAX_TOKENS if tokens in (None, "") else tokens
+    if isinstance(tokens, str) and tokens.strip().isdigit():
+        tokens = int(tokens)
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 < tokens <= PROBE_MAX_TOKENS_LIMIT:
+        raise ValueError("%s.max_tokens: %r is not a number of tokens from 1 to %d"
+                         % (field, tokens, PROBE_MAX_TOKENS_LIMIT))
+    return {"mode": mode, "prompt": prompt, "expect": expect, "endpoint": endpoint, "max_tokens": tokens}
+
+
+def _flag(argv, name):
+    """The value of `name` in a command line (`--name value` or `--name=value`), or ''."""
+    argv = [str(a) for a in argv or []]
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(name + "="):
+            return arg[len(name) + 1:]
+    return ""
+
+
+def _json_template(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and bool(data.get("chat_template"))
+
+
+def chat_template_source(plan):
+    """Where the server of `plan` gets its chat template, as SGLang decides (its --chat-template, else the Hugging
+    Face template of the tokenizer directory: --tokenizer-path, else the model directory), or None: a base model.
+    SGLang's guess from the model path's name is not followed (a name says nothing certain)."""
+    argv = plan.get("argv") or []
+    explicit = _flag(argv, "--chat-template")
+    if explicit:
+        return "--chat-template " + explicit
+    directory = _flag(argv, "--tokenizer-path") or plan.get("model_path") or _flag(argv, "--model-path")
+    if not directory:
+        return None
+    for name in TEMPLATE_JSON:
+        path = os.path.join(directory, name)
+        if _json_template(path):
+            return path + " (chat_template)"
+    try:
+        path = os.path.join(directory, TEMPLATE_FILE)
+        if os.path.isfile(path) and os.path.getsize(path) > 0:
+            return path
+        path = os.path.join(directory, TEMPLATE_DIR)
+        if os.path.isdir(path) and any(n.endswith(".jinja") for n in os.listdir(path)):
+            return path
+    except OSError:         # unreadable: no template found (SGLang would not read one either)
+        pass
+    return None
+
+
+def _template_places(plan):
+    directory = _flag(plan.get("argv") or [], "--tokenizer-path") or plan.get("model_path") or "?"
+    return "no --chat-template, no chat_template in %s's %s, no %s or %s/" % (
+        directory, ", ".join(TEMPLATE_JSON), TEMPLATE_FILE, TEMPLATE_DIR)
+
+
+def _probe_answer(endpoint, data):
+    """(answer text, finish reason, completion tokens) of a chat completion or a /generate answer, or None."""
+    if endpoint == "chat":
+        choices = data.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+        message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+        parts = [message.get(k) for k in ("reasoning_content", "content") if isinstance(message.get(k), str)]
+        if not choice or not isinstance(message, dict) or ("content" not in message and not parts):
+            return None
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        return "\n".join(parts), choice.get("finish_reason"), usage.get("completion_tokens")
+    if not isinstance(data.get("text"), str):
+        return None
+    meta = data.get("meta_info") if isinstance(data.get("meta_info"), dict) else {}
+    finish = meta.get("finish_reason")
+    return data["text"], finish.get("type") if isinstance(finish, dict) else finish, meta.get("completion_tokens")
+
+
+def answer_probe(plan, settings=None, http=http_request, api_key="", timeout=60.0, rng=None):
+    """Ask the server of `plan` (host, port, model_path, argv, served_model_name) a question whose answer is known,
+    with greedy decoding. `settings`: what probe_settings() accepts (default auto). An instruct model (a chat template,
+    chat_template_source) is asked through /v1/chat/completions (thinking off: enable_thinking and thinking false in
+    chat_template_kwargs), a base model through /generate (mode on or endpoint generate; mode auto skips it).
+    Returns {state: passed or skipped, summary, ...: endpoint, number, prompt, expect, answer, finish_reason,
+    completion_tokens when asked; why when skipped}. Raises HealthError when the answer lacks what it must contain
+    (naming the number and what came back, shortened, control characters escaped) or the request failed; its result
+    has answer_probe, what was asked and answered. No Ansible: a watchdog calls it as it is."""
+    settings = probe_settings(settings)
+    if settings["mode"] == "off":
+        return {"state": "skipped", "why": "the answer probe is off",
+                "summary": "the answer probe is off"}
+    template = chat_template_source(plan)
+    if settings["mode"] == "auto" and not template:
+        why = "a base model (%s)" % _template_places(plan)
+        return {"state": "skipped", "why": why, "summary": "the answer probe was skipped: " + why}
+    endpoint = settings["endpoint"] if settings["endpoint"] != "auto" else ("chat" if template else "generate")
+    number = "%d" % (rng or random.SystemRandom()).randrange(10 ** 7, 10 ** 8)
+    prompt = (settings["prompt"] or PROBE_PROMPTS[endpoint]).replace(PROBE_NUMBER, number)
+    expect = (settings["expect"] or PROBE_NUMBER).replace(PROBE_NUMBER, number)
+    tokens = settings["max_tokens"]
+    if endpoint == "chat":
+        body = {"messages": [{"role": "user", "content": prompt}], "temperature": 0, "max_tokens": tokens,
+                "chat_template_kwargs": {"enable_thinking": False, "thinking": False}}
+        if plan.get("served_model_name"):
+            body["model"] = plan["served_model_name"]
+    else:
+        body = {"text": prompt, "sampling_params": {"max_new_tokens": tokens, "temperature": 0}}
+    url = base_url(plan.get("host"), plan["port"]) + PROBE_PATHS[endpoint]
+    asked = ("asked to repeat %s" % number if not settings["prompt"] else
+             "asked %s, expecting %s" % (shown(prompt, 120), shown(expect, 60)))
+    how = "POST %s, temperature 0, at most %d tokens" % (url, tokens)
+    result = {"endpoint": PROBE_PATHS[endpoint], "number": number, "prompt": prompt, "expect": expect}
+    headers = {"Authorization": "Bearer " + api_key} if api_key else {}
+    status, text = http("POST", url, body=body, headers=headers, timeout=timeout)
+    if status != 200:
+        why = _answer(status, text) + _key_hint(status, api_key)
+        raise HealthError("The answer probe (%s; %s) %s" % (asked, how, why),
+                          {"answer_probe": dict(result, state="failed")})
+    parsed = _probe_answer(endpoint, _json(text))
+    if parsed is None:
+        raise HealthError("The answer probe (%s; %s) got no answer in SGLang's shape: %s"
+                          % (asked, how, _short(text) or "(empty body)"),
+                          {"answer_probe": dict(result, state="failed")})
+    answer, finish, completion = parsed
+    result.update(answer=answer, finish_reason=finish, completion_tokens=completion)
+    said = "%s (%s tokens, finish reason %s)" % (shown(answer, 160), completion if completion is not None else "?",
+                                                 finish or "?")
+    wanted = expect.casefold()
+    if wanted not in answer.casefold() and wanted not in _DIGIT_GROUPS.sub("", answer).casefold():
+        raise HealthError(
+            "The answer probe failed: %s (%s), the server answered %s, without %s. A server that answers wrongly "
+            "does not serve: a setting it runs with garbles its output (a KV cache dtype or a kernel the GPU "
+            "mishandles, for one)." % (asked, how, said, shown(expect, 60)),
+            {"answer_probe": dict(result, state="failed")})
+    summary = "the answer probe passed (%s through %s: %s)" % (asked, PROBE_PATHS[endpoint], shown(answer, 80))
+    return dict(result, state="passed", summary=summary)
+
+
+def _key_hint(status, api_key):
+    if status != 401:
+        return ""
+    return (" (the server refused our API key: check topolaunch_api_key)" if api_key else
+            " (the server wants an API key: set topolaunch_api_key)")
+
+
 def verify(plan, http=http_request, api_key="", ready_timeout=30.0, http_timeout=60.0,
-           prompt="The capital of France is", max_new_tokens=8, poll_s=0.5, clock=time.monotonic, sleep=time.sleep):
+           prompt="The capital of France is", max_new_tokens=8, poll_s=0.5, clock=time.monotonic, sleep=time.sleep,
+           probe=None, rng=None):
     """Ask a ready server whether it really serves the plan: /health until 200 (it answers 503 for a moment after
-    its port opened; up to ready_timeout s), /model_info names the plan's model, one /generate returns tokens.
-    The API key, when set, goes as a Bearer token to /model_info and /generate (/health needs none).
-    Returns {url, health_s, generated_tokens, generated_text}; raises HealthError saying what failed."""
+    its port opened; up to ready_timeout s), /model_info names the plan's model, one /generate returns tokens, and
+    with `probe` (probe_settings) the answer probe passes (answer_probe; `rng` draws its number).
+    The API key, when set, goes as a Bearer token to /model_info, /generate and the probe (/health needs none).
+    Returns {url, health_s, generated_tokens, generated_text, answer_probe (with probe)}; raises HealthError saying
+    what failed."""
     url = base_url(plan.get("host"), plan["port"])
     started = clock()
     deadline = started + ready_timeout
@@ -313,12 +543,10 @@ def verify(plan, http=http_request, api_key="", ready_timeout=30.0, http_timeout
     if health_nodes.is_worker(plan):    # SGLang's health check server of a node >= 1: nothing else to ask
         return {"url": url, "health_s": health_s, "worker": True}
     headers = {"Authorization": "Bearer " + api_key} if api_key else {}
-    key_hint = " (the server wants an API key: set topolaunch_api_key)" if not api_key else \
-        " (the server refused our API key: check topolaunch_api_key)"
 
     status, text = http("GET", url + "/model_info", headers=headers, timeout=http_timeout)
     if status != 200:
-        raise HealthError("GET %s/model_info %s%s" % (url, _answer(status, text), key_hint if status == 401 else ""))
+        raise HealthError("GET %s/model_info %s%s" % (url, _answer(status, text), _key_hint(status, api_key)))
     served = _json(text).get("model_path")
     ours = [name for name in (plan.get("model_path"), plan.get("served_model_name")) if name]
     if served not in ours:
@@ -328,14 +556,22 @@ def verify(plan, http=http_request, api_key="", ready_timeout=30.0, http_timeout
     body = {"text": prompt, "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0}}
     status, text = http("POST", url + "/generate", body=body, headers=headers, timeout=http_timeout)
     if status != 200:
-        raise HealthError("POST %s/generate %s%s" % (url, _answer(status, text), key_hint if status == 401 else ""))
+        raise HealthError("POST %s/generate %s%s" % (url, _answer(status, text), _key_hint(status, api_key)))
     answer = _json(text)
     meta = answer.get("meta_info") if isinstance(answer.get("meta_info"), dict) else {}
     tokens = meta.get("completion_tokens")
     if not isinstance(answer.get("text"), str) or isinstance(tokens, bool) or not isinstance(tokens, int) \
             or tokens <= 0:
         raise HealthError("/generate returned no tokens: %s" % (_short(text) or "(empty body)"))
-    return {"url": url, "health_s": health_s, "generated_tokens": tokens, "generated_text": answer["text"]}
+    result = {"url": url, "health_s": health_s, "generated_tokens": tokens, "generated_text": answer["text"]}
+    if probe is not None:
+        try:
+            result["answer_probe"] = answer_probe(plan, probe, http=http, api_key=api_key, timeout=http_timeout,
+                                                  rng=rng)
+        except HealthError as exc:
+            exc.result.update(result, state="answer")
+            raise
+    return result
 
 
 # ------------------------------------------------------------------------------------------ last known good
@@ -367,16 +603,18 @@ def read_last_good(path):
 def check(unit, plan_path, last_good_path, invocation_id=None, known="started", chunk_s=20.0, startup_timeout=0,
           journal_lines=50, verify_server=False, check_mode=False, api_key="", ready_timeout=30.0, http_timeout=60.0,
           prompt="The capital of France is", max_new_tokens=8, owner=(0, 0), run=_run, http=http_request,
-          clock=time.monotonic, sleep=time.sleep, mode="start", record=True, proc_root="/proc"):
+          clock=time.monotonic, sleep=time.sleep, mode="start", record=True, proc_root="/proc", probe=None,
+          rng=None):
     """One call of sglang_health.
 
     mode start: read the plan, wait one chunk; when ready and verify_server, verify the server (and on a server
     across nodes, this node's rank processes) and, with `record`, record the plan as last known good (mode 0644,
     `owner`). Returns the wait's result plus plan, already_serving (the first look of a new wait found it serving:
     since_start_s is its uptime) and, verified: verified, last_good_changed, url, health_s, generated_tokens,
-    generated_text (a worker node: url, health_s, worker). Without `record` every result also carries the last
-    known good plan (last_good_plan, last_good_differs), as failures do: the nodes of one server record only once
-    every node passed (mode record), and roll back together when one did not.
+    generated_text, answer_probe (with `probe`, the answer probe's settings: its result; a worker node: url,
+    health_s, worker). A wrong answer fails like any unhealthy server (state answer). Without `record` every result
+    also carries the last known good plan (last_good_plan, last_good_differs), as failures do: the nodes of one
+    server record only once every node passed (mode record), and roll back together when one did not.
     mode serving: one look; the server must be ready, answer /health 200 and run the last known good plan. Nothing
     is written.
     mode record: record the plan the unit runs as the last known good one, and nothing else.
@@ -399,7 +637,7 @@ def check(unit, plan_path, last_good_path, invocation_id=None, known="started", 
         if result["state"] == "ready" and verify_server:
             result.update(verify(plan, http=http, api_key=api_key, ready_timeout=ready_timeout,
                                  http_timeout=http_timeout, prompt=prompt, max_new_tokens=max_new_tokens,
-                                 clock=clock, sleep=sleep))
+                                 clock=clock, sleep=sleep, probe=probe, rng=rng))
             problem = health_nodes.rank_problem(unit, plan, proc_root)
             if problem:
                 raise HealthError(problem, dict(result, state="ranks"))

@@ -13,6 +13,7 @@ the running unit, and a process of another user on a GPU outside the plan is sti
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -202,6 +203,30 @@ def test_fault_during_load_rolls_back_to_the_last_good_layout(host, good_tp8, tp
     assert_only_the_unit_holds_gpus(host, plan)
 
 
+def test_a_server_answering_garbage_fails_health_and_rolls_back(host, good_tp8, tp4pp2, tmp_path):
+    """The answer probe: a server that answers without the number it was asked to repeat (the simulator's fault
+    garbage_output) fails health like any unhealthy server, and the last good layout is back, passing the probe. A
+    probe without a check is refused before anything is stopped."""
+    before = host.ssh("systemctl show -p InvocationID --value %s" % UNIT)
+    rc, out = host.relaunch("-e", '{"health_answer_probe": {"prompt": "The capital of France is"}}')
+    assert rc != 0 and "health_answer_probe.expect: missing: a probe with a prompt needs the text" in out, out[-4000:]
+    assert "Nothing was stopped." in out and "TASK [topolaunch.sglang.launch : Validate" not in out
+    assert host.ssh("systemctl show -p InvocationID --value %s" % UNIT) == before
+    rc, out = host.relaunch("-e", host.fault_plan_file(tp4pp2, "garbage_output", tmp_path))
+    assert rc != 0
+    q = r'\\?"'                     # the message comes JSON-quoted in Ansible's output
+    failed = re.search(r"Layout tp4pp2 failed its health check: The answer probe failed: asked to repeat (\d{8}) "
+                       r"\(POST http://127\.0\.0\.1:%d/v1/chat/completions, temperature 0, at most 64 tokens\), the "
+                       r"server answered %s[a-z ]+\.\.\.%s \(64 tokens, finish reason length\), without %s\1%s\."
+                       % (tp4pp2["port"], q, q, q, q), out)
+    assert failed, out[-4000:]
+    assert "Rolled back to the last known good layout tp8" in out and "healthy and serving" in out
+    assert "the answer probe passed (asked to repeat " in out                # the layout put back passed it
+    plan = host.plan()
+    assert plan["layout"]["name"] == "tp8" and host.healthy(plan["port"])
+    assert_only_the_unit_holds_gpus(host, plan)
+
+
 def test_rollback_can_be_turned_off(host, good_tp8, tp4pp2, tmp_path):
     rc, out = host.relaunch("-e", host.fault_plan_file(tp4pp2, "crash_during_load", tmp_path),
                             "-e", "health_rollback=false")
@@ -265,12 +290,12 @@ def test_orphan_schedulers_of_a_hand_started_server_are_found_and_stopped(host, 
 def test_server_dying_after_requests_is_restarted_by_systemd(host, good_tp8, tp4pp2, tmp_path):
     """The server dies after serving N generation requests (its launcher SIGKILLs itself, as SGLang does when a
     scheduler fails): systemd restarts it, and a later health check follows the new start and passes."""
-    rc, out = host.relaunch("-e", host.fault_plan_file(tp4pp2, "die_after_requests:3", tmp_path),
+    rc, out = host.relaunch("-e", host.fault_plan_file(tp4pp2, "die_after_requests:4", tmp_path),
                             "-e", "launch_restart_sec=1")          # RestartSec: how long systemd waits, not whether
     assert rc == 0, out[-4000:]
     first = host.ssh("systemctl show -p InvocationID --value %s" % UNIT).strip()
     port = tp4pp2["port"]
-    # health's own /generate was the first request: the server answers two more, then dies.
+    # health's own /generate and its answer probe were the first two requests: the server answers two more, then dies.
     codes = host.ssh("for i in 1 2 3 4; do curl -s -m 5 -o /dev/null -w '%%{http_code} ' http://127.0.0.1:%d/generate "
                      "-d '{\"text\": \"hi\", \"sampling_params\": {\"max_new_tokens\": 2}}'; done; true" % port)
     assert codes.split() == ["200", "200", "000", "000"], codes
@@ -280,7 +305,7 @@ def test_server_dying_after_requests_is_restarted_by_systemd(host, good_tp8, tp4
         " || systemctl status --no-pager %s" % (UNIT, first, UNIT, UNIT, UNIT))
     assert restarted.strip() == "1", "systemd did not restart the server within 60 s:\n" + restarted
     died = host.ssh("journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID=%s + INVOCATION_ID=%s" % (first, first))
-    assert "die_after_requests:3: 3 generation requests answered" in died, died[-3000:]
+    assert "die_after_requests:4: 4 generation requests answered" in died, died[-3000:]
     assert "Main process exited, code=killed, status=9/KILL" in died, died[-3000:]
     rc, out = host.play("--tags", "health")
     assert rc == 0, out[-4000:]

@@ -37,7 +37,7 @@ logger = logging.getLogger("sglang.srt.entrypoints.engine")
 GIB = 1 << 30
 MIB = 1 << 20
 FAULTS = ("crash_during_load", "hang_during_load", "never_join", "ignore_sigterm", "orphan_schedulers",
-          "die_after_requests")
+          "die_after_requests", "garbage_output")
 LOAD_FAULTS = ("crash_during_load", "hang_during_load", "never_join")
 SCHEDULER_EXIT_TIMEOUT_SECS = 15  # 0.5.23 _SCHEDULER_EXIT_TIMEOUT_SECS (523:sglang/srt/managers/tokenizer_manager.py:456)
 
@@ -468,6 +468,10 @@ class Launcher:
         st.startup_time = startup_time([i.get("startup_time") for i in infos], time.perf_counter() - self.started)
         if "die_after_requests" in self.faults:
             st.after_generation = self.maybe_die
+        if "garbage_output" in self.faults:
+            st.answers.garbage = True
+            logger.warning("simulator: SGLANG_SIM_FAULT=garbage_output: this server answers every prompt with "
+                           "filler words (as one whose KV cache dtype or kernel garbles output)")
         try:
             self.httpd = server.HTTPServer(args.host, args.port, st)
         except OSError as err:

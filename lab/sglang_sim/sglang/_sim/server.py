@@ -18,7 +18,7 @@ import time
 import urllib.parse
 import uuid
 
-from sglang._sim import logutil, release
+from sglang._sim import answers, logutil, release
 from sglang._sim.engine import GenRequest
 
 logger = logging.getLogger("sglang.srt.entrypoints.http_server")
@@ -51,11 +51,23 @@ class State:
         self.lock = threading.Lock()
         self.after_generation = None  # callback(count) once a user generation request is answered
         self.startup_time = None  # 0.5.23 /server_info: the ranks' start-up durations
+        self.answers = answers.Answers(model.path)  # what the model says (the launcher sets garbage_output)
 
 
 def count_tokens(text):
     """The simulator's tokenizer: one token per whitespace-separated word."""
     return max(1, len(text.split())) if text else 0
+
+
+def chat_text(messages):
+    """What the model reads of a chat: the messages' texts, one per line."""
+    texts = []
+    for message in messages or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            content = " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+        texts.append(str(content or ""))
+    return "\n".join(texts)
 
 
 def chat_prompt_tokens(messages):
@@ -367,9 +379,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 "reduce the number of tokens in the input messages or the completion to fit within the limit."
                 % (ctx, max_new + prompt_tokens, prompt_tokens, max_new))
 
-    def _submit(self, rid, prompt_tokens, max_new):
+    def _submit(self, rid, prompt_tokens, max_new, prompt=None):
         internal = INTERNAL_HEADER in self.headers
-        return self.state.engine.submit(GenRequest(rid, prompt_tokens, max_new, internal=internal))
+        return self.state.engine.submit(self.state.answers.request(rid, prompt, prompt_tokens, max_new,
+                                                                   internal=internal))
 
     def _events(self, req):
         """Yield (kind, n_done, t) until the end; abort the request if the client goes away."""
@@ -393,7 +406,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             st.after_generation(count)
 
     def _meta(self, req, done, finished, t):
-        meta = {"id": req.rid, "finish_reason": {"type": "length", "length": done} if finished else None,
+        meta = {"id": req.rid, "finish_reason": answers.finish_reason(req, done) if finished else None,
                 "prompt_tokens": req.prompt_tokens, "weight_version": self.state.args.weight_version,
                 "total_retractions": 0, "completion_tokens": done, "cached_tokens": 0}
         if finished:
@@ -417,7 +430,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send_json(400, {"error": {"message": str(err)}})
             return
         rid = str(body.get("rid") or uuid.uuid4().hex)
-        req = self._submit(rid, prompt_tokens, max_new)
+        text = body.get("text")
+        req = self._submit(rid, prompt_tokens, max_new, text if isinstance(text, str) else None)
         try:
             if body.get("stream"):
                 self.start_stream()
@@ -447,20 +461,24 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if not isinstance(body.get("messages"), list):
                 raise BadRequest("Field required: messages")
             prompt_tokens = chat_prompt_tokens(body["messages"])
+            prompt_text = chat_text(body["messages"])
             max_new = body.get("max_completion_tokens", body.get("max_tokens"))
             max_new = 128 if max_new is None else max_new
         else:
             prompt = body.get("prompt")
             if prompt is None:
                 raise BadRequest("Field required: prompt")
+            prompt_text = None
             if isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
                 prompt_tokens = len(prompt)
             elif isinstance(prompt, list):
                 if len(prompt) != 1:
                     raise BadRequest("the simulator serves one prompt per request")
-                prompt_tokens = count_tokens(str(prompt[0]))
+                prompt_text = str(prompt[0])
+                prompt_tokens = count_tokens(prompt_text)
             else:
-                prompt_tokens = count_tokens(str(prompt))
+                prompt_text = str(prompt)
+                prompt_tokens = count_tokens(prompt_text)
             max_new = body.get("max_tokens", 16)
         try:
             self._check_lengths(prompt_tokens, max_new)
@@ -469,7 +487,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                  "code": 400})
             return
         rid = uuid.uuid4().hex
-        req = self._submit(rid, prompt_tokens, max_new)
+        req = self._submit(rid, prompt_tokens, max_new, prompt_text)
         created = int(time.time())
         kind_name = "chat.completion" if chat else "text_completion"
         model = body.get("model") or st.args.served_model_name
@@ -486,7 +504,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 for kind, done, _ in self._events(req):
                     piece = req.text(done)[len(req.text(sent)):]
                     sent = done
-                    finish = "length" if kind == "end" else None
+                    finish = answers.finish_reason(req, done)["type"] if kind == "end" else None
                     if chat:
                         choice = {"index": 0, "delta": {"role": None, "content": piece}, "logprobs": None,
                                   "finish_reason": finish}
@@ -503,13 +521,16 @@ class Handler(http.server.BaseHTTPRequestHandler):
             else:
                 for kind, done, _ in self._events(req):
                     pass
+                # SGLang's choice: finish_reason["type"], matched_stop its "matched" (59:/523:sglang/srt/
+                # entrypoints/openai/serving_chat.py, serving_completions.py); content null when the text is empty
+                finish = answers.finish_reason(req, done)
                 if chat:
-                    choice = {"index": 0, "message": {"role": "assistant", "content": req.text(done),
+                    choice = {"index": 0, "message": {"role": "assistant", "content": req.text(done) or None,
                                                       "reasoning_content": None, "tool_calls": None},
-                              "logprobs": None, "finish_reason": "length", "matched_stop": None}
+                              "logprobs": None, "finish_reason": finish["type"], "matched_stop": finish.get("matched")}
                 else:
-                    choice = {"index": 0, "text": req.text(done), "logprobs": None, "finish_reason": "length",
-                              "matched_stop": None}
+                    choice = {"index": 0, "text": req.text(done), "logprobs": None, "finish_reason": finish["type"],
+                              "matched_stop": finish.get("matched")}
                 self.send_json(200, {"id": rid, "object": kind_name, "created": created, "model": model,
                                      "choices": [choice], "usage": usage_of(done)})
         except (BrokenPipeError, ConnectionResetError):

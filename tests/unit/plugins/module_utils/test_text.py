@@ -1,7 +1,7 @@
 """module_utils/topolaunch/text.py: what may not reach a unit, an env file or a command line."""
 import pytest
 
-from ansible_collections.topolaunch.sglang.plugins.module_utils.text import control_character
+from ansible_collections.topolaunch.sglang.plugins.module_utils.text import control_character, shown
 
 
 @pytest.mark.parametrize("text, bad", [
@@ -11,3 +11,18 @@ from ansible_collections.topolaunch.sglang.plugins.module_utils.text import cont
 ])
 def test_control_character(text, bad):
     assert control_character(text) == bad
+
+
+@pytest.mark.parametrize("text, limit, out", [
+    ("The number is 48213077.", 200, '"The number is 48213077."'),
+    ("a\nb\r\tc", 200, '"a\\nb\\r\\tc"'),
+    ("esc\x1b[0m del\x7f c1\x85 nul\x00", 200, '"esc\\x1b[0m del\\x7f c1\\x85 nul\\x00"'),
+    ("line\u2028para\u2029", 200, '"line\\u2028para\\u2029"'),
+    ('say "hi" \\ bye', 200, '"say \\"hi\\" \\\\ bye"'),
+    ("模型 ümlaut", 200, '"模型 ümlaut"'),
+    ("x" * 50, 10, '"xxxxxxx..."'),
+    ("\n" * 50, 10, '"\\n\\n\\n..."'),              # cut after escaping, whole escapes: at most the limit
+    ("", 10, '""'), (None, 10, '"None"'),
+])
+def test_shown(text, limit, out):
+    assert shown(text, limit) == out

@@ -84,3 +84,24 @@ def test_module_refuses_a_zero_timeout(state, health_module):
     state_dir, _ = state
     rc, res, _ = health_module(module_args(state_dir, ready_timeout=0), Unit([]), Server())
     assert rc == 1 and res["msg"] == "ready_timeout 0.0: must be greater than 0" and res["stage"] == "health"
+
+
+def test_module_refuses_a_probe_without_a_check_before_watching(state, health_module):
+    state_dir, _ = state
+    unit = Unit([(active(), LOG)])
+    rc, res, _ = health_module(module_args(state_dir, answer_probe={"prompt": "The capital of France is"}), unit,
+                               Server())
+    assert rc == 1 and res["msg"].startswith("answer_probe.expect: missing: a probe with a prompt needs the text")
+    assert "\n" not in res["msg"] and unit.calls == []
+
+
+def test_module_runs_the_answer_probe_after_the_generation(state, ready_on_30000, health_module):
+    state_dir, _ = state     # PLAN's model directory is not on this machine: no chat template, a base model
+    server = Server()
+    rc, res, _ = health_module(module_args(state_dir), Unit([(active(), LOG)]), server)
+    assert rc == 0 and res["answer_probe"]["state"] == "skipped" and "a base model" in res["answer_probe"]["why"]
+    rc, res, _ = health_module(module_args(state_dir, answer_probe="on"), Unit([(active(), LOG)]), server)
+    assert rc == 1 and res["state"] == "answer" and res["msg"].startswith("The answer probe failed: asked to repeat ")
+    assert server.paths()[-1] == "/generate" and res["plan"] == PLAN
+    assert yaml.safe_load(sglang_health.EXAMPLES)[-1]["topolaunch.sglang.sglang_health"]["answer_probe"] == {
+        "prompt": "The capital of France is", "expect": "Paris"}

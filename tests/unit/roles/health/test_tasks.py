@@ -16,6 +16,9 @@ CASES = {
     "replaced": {"launch_validated": {"replace": True}, "health_wait": dict(WAIT, already_serving=False)},
     "no validate, found serving": {"health_wait": dict(WAIT, already_serving=True)},
     "no validate, started": {"health_wait": dict(WAIT, already_serving=False)},
+    "probed": {"health_wait": dict(WAIT, already_serving=False, answer_probe={
+        "state": "passed", "summary": 'the answer probe passed (asked to repeat 48213077 through /v1/chat/completions: '
+                                      '"The number is 48213077.")'})},
 }
 
 
@@ -44,3 +47,10 @@ def reports(tmp_path_factory):
 def test_health_says_whether_the_server_was_restarted(reports, case, said):
     assert said in reports[case], reports[case]
     assert "serves glm (tp8 on GPUs 0,1) on port 30000" in reports[case]
+
+
+def test_health_names_the_answer_probe_when_it_ran(reports):
+    assert reports["probed"].endswith('/generate gave 8 tokens ("Paris"); the answer probe passed (asked to repeat '
+                                      '48213077 through /v1/chat/completions: "The number is 48213077.").'), \
+        reports["probed"]
+    assert "answer probe" not in reports["replaced"]
