@@ -12,7 +12,7 @@ VERSION := $(shell sed -n 's/^version: *//p' $(COLLECTION)/galaxy.yml)
 TARBALL := build/topolaunch-sglang-$(VERSION).tar.gz
 INSTALLED := build/install/ansible_collections/topolaunch/sglang
 
-.PHONY: setup pth lock sglang-wheel sglang-flags fakenvml repo lab-up lab-down lab-status demo test test-phases lint unit \
+.PHONY: setup pth lock sglang-wheel sglang-flags sglang-metrics fakenvml repo lab-up lab-down lab-status demo test test-phases lint unit \
 	collection sanity collection-test molecule lab-layers lab-tests lab-tests-full perf bench clean
 
 setup: $(VENV)/.installed pth ## controller venv with the pinned requirements, collections/ on its path
@@ -38,6 +38,9 @@ sglang-wheel: setup ## every supported SGLang version's wheel (cached in build/w
 
 sglang-flags: sglang-wheel ## regenerate every supported version's flag table (module_utils/topolaunch/sglang_flags_*.py)
 	$(BIN)/python tools/sglang_flags.py --all
+
+sglang-metrics: sglang-wheel ## regenerate every supported version's metrics table (module_utils/topolaunch/sglang_metrics_*.py)
+	$(BIN)/python tools/sglang_metrics.py --all
 
 fakenvml: ## build the fake libnvidia-ml.so.1 and the nvidia-smi stand-in
 	$(MAKE) -C lab/fakenvml OUT=$(CURDIR)/build/fakenvml
