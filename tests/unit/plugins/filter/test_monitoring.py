@@ -164,3 +164,24 @@ def test_every_filter_is_registered():
     assert set(m.FilterModule().filters()) == {"monitoring_problems", "monitoring_scrape_configs",
                                                "monitoring_listeners", "monitoring_port_conflicts", "monitoring_rules",
                                                "monitoring_settings_problems"}
+
+
+@pytest.mark.parametrize("version", ["0_5_9", "0_5_23"])
+def test_the_rules_name_metrics_each_release_exports_with_their_types(version):
+    """Every sglang: name in the rules is in the release's own metrics table (tools/sglang_metrics.py extracted it
+    from the wheel), histograms through their _bucket series, and model_name is one of their labels."""
+    import importlib
+    import re
+    table = importlib.import_module(
+        "ansible_collections.topolaunch.sglang.plugins.module_utils.sglang_metrics_%s" % version)
+    rules = m.monitoring_rules({"ttft_p99_target_ms": 500})
+    exprs = " ".join(r["expr"] for g in rules["groups"] for r in g["rules"])
+    used = set(re.findall(r"sglang:[a-z_]+", exprs))
+    assert {"sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage",
+            "sglang:generation_tokens_total", "sglang:time_to_first_token_seconds_bucket"} <= used
+    for name in used:
+        base = name[:-len("_bucket")] if name.endswith("_bucket") else name
+        meta = table.METRICS[base]
+        assert meta["type"] == ("histogram" if name.endswith("_bucket") else meta["type"]), name
+        labels = table.COLLECTOR_LABELS[meta["collector"]]
+        assert "model_name" in labels, name
