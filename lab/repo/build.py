@@ -588,8 +588,8 @@ def main(argv=None):
     ap.add_argument("--model-dir", type=Path, default=ROOT / "tests/fixtures/models/glm-5-nvfp4")
     ap.add_argument("--model-name", default="glm-5-nvfp4")
     ap.add_argument("--sim-builder", type=Path, default=ROOT / "lab/sglang_sim/build_wheel.py")
-    ap.add_argument("--keyring-ports", type=port_range, default=port_range("18080-18119"),
-                    help="lab repository ports to build a cuda-keyring for (default 18080-18119)")
+    ap.add_argument("--keyring-ports", type=port_range, default=port_range("18080-18249"),
+                    help="lab repository ports to build a cuda-keyring for (default 18080-18249: every lab test's port)")
     ap.add_argument("--python", default=sys.executable, help="python whose pip downloads the wheels")
     ap.add_argument("--skip-pip", action="store_true",
                     help="leave pip/ and pip-client/ alone (no simulator, no download)")
