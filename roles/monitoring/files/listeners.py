@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """What this host listens on (TCP), and who: prints a JSON list [{address, port, pid, comm, unit}].
 
 Run by the monitoring role (tasks/validate.yml, as root) before it installs anything, so that a port the stage
