@@ -12,8 +12,9 @@ VERSION := $(shell sed -n 's/^version: *//p' $(COLLECTION)/galaxy.yml)
 TARBALL := build/topolaunch-sglang-$(VERSION).tar.gz
 INSTALLED := build/install/ansible_collections/topolaunch/sglang
 
-.PHONY: setup pth vendor-collections lock sglang-wheel sglang-flags fakenvml repo lab-up lab-down lab-status demo test test-phases lint unit \
-	collection sanity collection-test molecule lab-layers lab-tests lab-tests-full perf bench clean
+.PHONY: setup pth vendor-collections lock sglang-wheel sglang-flags sglang-metrics fakenvml repo lab-up lab-down lab-status demo \
+	test test-phases lint unit collection sanity collection-test rules molecule lab-layers lab-tests lab-tests-full perf bench \
+	clean
 
 setup: $(VENV)/.installed pth vendor-collections ## controller venv with the pinned requirements, collections/ on its path
 
@@ -43,6 +44,9 @@ sglang-flags: sglang-wheel ## regenerate every supported version's flag and fact
 	$(BIN)/python tools/sglang_flags.py --all
 	$(BIN)/python tools/sglang_facts.py --all
 
+sglang-metrics: sglang-wheel ## regenerate every supported version's metrics table (module_utils/topolaunch/sglang_metrics_*.py)
+	$(BIN)/python tools/sglang_metrics.py --all
+
 fakenvml: ## build the fake libnvidia-ml.so.1 and the nvidia-smi stand-in
 	$(MAKE) -C lab/fakenvml OUT=$(CURDIR)/build/fakenvml
 
@@ -62,7 +66,7 @@ demo: setup lab-up ## set everything up and run deploy.yml on the lab
 	$(BIN)/ansible-playbook deploy.yml
 
 # What CI runs, in this order (.ci/run times each): `make test` runs them all and stops at the first failure.
-TEST_PHASES := lint unit collection-test sanity molecule lab-layers lab-tests
+TEST_PHASES := lint rules unit collection-test sanity molecule lab-layers lab-tests
 test: $(TEST_PHASES) ## everything CI runs
 
 test-phases:
@@ -71,6 +75,11 @@ test-phases:
 lint: setup
 	$(BIN)/yamllint --strict .
 	$(BIN)/ansible-lint --profile production
+
+# The alert rules (roles/monitoring) through the real promtool of the pinned Debian prometheus .deb (extracted into
+# build/promtool, not installed): `promtool check rules`, then `promtool test rules` on tests/rules/ (a test per alert).
+rules: setup ## promtool check rules and promtool test rules on the rendered alert rules
+	$(BIN)/python tools/alert_rules.py
 
 unit: setup fakenvml sglang-wheel
 	$(BIN)/pytest -q tests/unit tests/sim

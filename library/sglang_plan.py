@@ -80,6 +80,13 @@ options:
   served_model_name:
     description: Name served by the API; default the model directory's name.
     type: str
+  metrics:
+    description:
+      - SGLang's Prometheus metrics at GET /metrics - C(--enable-metrics), and for TP > 1
+        C(--enable-metrics-for-all-schedulers) where the release has it (otherwise only each TP group's rank 0
+        reports). false leaves both out.
+    type: bool
+    default: true
   nnodes:
     description: Number of nodes.
     type: int
@@ -326,6 +333,7 @@ ARGUMENT_SPEC = {
     "host": {"type": "str", "default": "127.0.0.1"},
     "port": {"type": "int", "default": 30000},
     "served_model_name": {"type": "str"},
+    "metrics": {"type": "bool", "default": True},
     "nnodes": {"type": "int", "default": 1},
     "node_rank": {"type": "int", "default": 0},
     "dist_init_addr": {"type": "str"},

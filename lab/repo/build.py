@@ -17,6 +17,10 @@ Layout of OUT (the URL root, inventory var `lab_repo_url`):
                              manylinux x86_64), sglang-0.5.9-client.txt (the pinned list), index.html: what a lab
                              host needs to run SGLang's own client offline in a venv of its own (README.md, "The
                              real benchmark client")
+    apt/debian12/x86_64/ also carries the REAL Debian 12 packages of the monitoring stage (DEBIAN_DEBS: prometheus,
+                             prometheus-node-exporter and what they need beyond the lab's rootfs), downloaded from
+                             Debian once into build/debian-debs/ and checked against their pinned sha256: lab hosts
+                             install them offline, as a real box installs them from its mirror
     models/<name>.tar        stand-in model directory (config.json + model.safetensors.index.json, no weights) and
                              a generated word-level tokenizer (tokenizer.json, tokenizer_config.json)
     hf/                      static stand-in of the Hugging Face endpoints the model_weights pre-checks read
@@ -39,6 +43,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import yaml
@@ -99,6 +104,74 @@ ExecStart=/usr/bin/nvidia-persistenced
 [Install]
 WantedBy=multi-user.target
 """
+
+
+# Real Debian 12 packages carried by the lab repository: (package, version, sha256, path under the Debian archive).
+# prometheus and prometheus-node-exporter as the monitoring role installs them (roles/monitoring/defaults/main.yml
+# pins the same versions), and their dependencies missing from the lab rootfs (lab/lab.py PACKAGES), as `apt-get
+# install -s --no-install-recommends prometheus prometheus-node-exporter` lists them there. promtool (make rules)
+# comes from the same prometheus .deb. pool/updates/ paths are Debian's security archive.
+DEBIAN_DEBS = [
+    ("libjs-jquery", "3.6.1+dfsg+~3.5.14-1", "a58c9ff6afe96c769cb6535754c909410760e4efa1e1540236194e489adcfb25",
+     "pool/main/n/node-jquery/libjs-jquery_3.6.1+dfsg+~3.5.14-1_all.deb"),
+    ("libjs-jquery-hotkeys", "0~20130707+git2d51e3a9+dfsg-2.1",
+     "4a1eccaad84f0208932d5574864d9975022d5edc192799104f06082adadb9d91",
+     "pool/main/libj/libjs-jquery-hotkeys/libjs-jquery-hotkeys_0~20130707+git2d51e3a9+dfsg-2.1_all.deb"),
+    ("fonts-glyphicons-halflings", "1.009~3.4.1+dfsg-3+deb12u2",
+     "5a570d64fab14243a277771c9d5493f2b0e0e15e77a04c57caf3f28274d194bf",
+     "pool/updates/main/t/twitter-bootstrap3/fonts-glyphicons-halflings_1.009~3.4.1+dfsg-3+deb12u2_all.deb"),
+    ("javascript-common", "11+nmu1", "e144ab36fedb6f9ae02b1030b49258f99126f5ebbecd49957f84a42436bbcbfd",
+     "pool/main/j/javascript-common/javascript-common_11+nmu1_all.deb"),
+    ("libjs-popper.js", "1.16.1+ds-6", "4eac75024544eb50b93141586317671d20feb7c405adbe5ab426dfb8bccb1dbc",
+     "pool/main/p/popper.js/libjs-popper.js_1.16.1+ds-6_all.deb"),
+    ("libjs-bootstrap4", "4.6.1+dfsg1-4+deb12u1", "975b5761281c694676757aa48c5f9a5e4d093c8d661b885221eaccce811bc58b",
+     "pool/main/t/twitter-bootstrap4/libjs-bootstrap4_4.6.1+dfsg1-4+deb12u1_all.deb"),
+    ("libjs-bootstrap", "3.4.1+dfsg-3+deb12u2", "c2b732105ac8f99948ae242fa1c1a95f0daebd569f4233c997e011ee71bf1229",
+     "pool/updates/main/t/twitter-bootstrap3/libjs-bootstrap_3.4.1+dfsg-3+deb12u2_all.deb"),
+    ("libjs-moment", "2.29.4+ds-1", "1d77475a3db570ac3b8ab56cf612bd64271f4da367e8819ee59ecf43eb25c180",
+     "pool/main/n/node-moment/libjs-moment_2.29.4+ds-1_all.deb"),
+    ("libjs-eonasdan-bootstrap-datetimepicker", "4.17.47-6",
+     "335cc1896e77b7664e611d50a78c373d03a064c31f379ccfdf7e660b6bc43dd2",
+     "pool/main/e/eonasdan-bootstrap-datetimepicker/libjs-eonasdan-bootstrap-datetimepicker_4.17.47-6_all.deb"),
+    ("libjs-moment-timezone", "0.5.40+dfsg-1+2023c", "6b4673458531f2ea331f130dd9e88dfaf684175dd2973d3911b6a2ff55a664f0",
+     "pool/main/m/moment-timezone.js/libjs-moment-timezone_0.5.40+dfsg-1+2023c_all.deb"),
+    ("libjs-mustache", "3.0.1-1", "ab00ed3fa806a37de9399975ab1780786a160619eeb96abd8f9d09bfd864b22f",
+     "pool/main/m/mustache.js/libjs-mustache_3.0.1-1_all.deb"),
+    ("libjs-d3", "3.5.17-4", "08b73c423d0a3bb7b657eebf5f7ebac501931cbdcf6422da3a634f7baa263749",
+     "pool/main/d/d3/libjs-d3_3.5.17-4_all.deb"),
+    ("libjs-rickshaw", "1.5.1.dfsg-5", "6e9328a86c2d4d8f84f8404467484dfe94f72d932d5a546771a7b10cd725ccc1",
+     "pool/main/r/rickshaw/libjs-rickshaw_1.5.1.dfsg-5_all.deb"),
+    ("prometheus", "2.42.0+ds-5+deb12u1", "81d59a24fce84f7fbe97a45a4f2914b6a5881b5cd1db2a6a0e129e515e1a5f55",
+     "pool/main/p/prometheus/prometheus_2.42.0+ds-5+deb12u1_amd64.deb"),
+    ("prometheus-node-exporter", "1.5.0-1+b6", "8cb5b39627595ea2cf3cd27be593e0e9af87023d29e1c5b8487e2f9510097e09",
+     "pool/main/p/prometheus-node-exporter/prometheus-node-exporter_1.5.0-1+b6_amd64.deb"),
+]
+DEBIAN_ARCHIVE = "http://deb.debian.org/debian/"
+DEBIAN_SECURITY_ARCHIVE = "http://deb.debian.org/debian-security/"
+DEBIAN_CACHE = ROOT / "build" / "debian-debs"
+
+
+def debian_deb(name, cache=DEBIAN_CACHE):
+    """The pinned Debian package NAME (DEBIAN_DEBS) in `cache`, downloaded once and checked against its sha256."""
+    for package, version, digest, path in DEBIAN_DEBS:
+        if package == name:
+            break
+    else:
+        raise KeyError(f"{name} is not in DEBIAN_DEBS")
+    cache.mkdir(parents=True, exist_ok=True)
+    dest = cache / path.rsplit("/", 1)[1]
+    if dest.is_file() and sha(dest, "sha256") == digest:
+        return dest
+    base = DEBIAN_SECURITY_ARCHIVE if path.startswith("pool/updates/") else DEBIAN_ARCHIVE
+    tmp = dest.with_suffix(".part")
+    with urllib.request.urlopen(base + path, timeout=120) as resp, open(tmp, "wb") as f:
+        shutil.copyfileobj(resp, f)
+    got = sha(tmp, "sha256")
+    if got != digest:
+        tmp.unlink()
+        sys.exit(f"{base + path}: sha256 {got}, pinned {digest} ({package} {version}): refusing it")
+    os.replace(tmp, dest)
+    return dest
 
 
 def run(cmd, **kw):
@@ -330,9 +403,12 @@ PLATFORM_ARGS = ["--only-binary=:all:", "--python-version", "3.11", "--implement
 
 
 def wanted_wheels():
-    """The PyPI packages the lab venvs install: the tools venv's list from the role's own defaults, the build backend."""
+    """The PyPI packages the lab venvs install: the tools venv's and the GPU exporter's lists from their roles' own
+    defaults, the build backend."""
     defaults = yaml.safe_load((ROOT / "roles/topolaunch_tools/defaults/main.yml").read_text())
-    return list(defaults["topolaunch_tools_packages"]) + BUILD_WHEELS
+    monitoring = yaml.safe_load((ROOT / "roles/monitoring/defaults/main.yml").read_text())
+    return (list(defaults["topolaunch_tools_packages"]) + list(monitoring["monitoring_gpu_exporter_packages"])
+            + BUILD_WHEELS)
 
 
 def gateway_requirements():
@@ -509,6 +585,9 @@ def apt_repo(out, args):
     try:
         driver_packages(apt, args.fakenvml)
         cuda_packages(apt)
+        for package, version, _digest, _path in DEBIAN_DEBS:
+            shutil.copyfile(debian_deb(package), apt / debian_deb(package).name)
+        print(f"  Debian 12 packages: {', '.join(f'{p} {v}' for p, v, _d, _f in DEBIAN_DEBS)}")
         index_and_sign(apt, gpg_env)
     finally:
         # gpg started an agent for the key's home: leave no daemon behind.
@@ -530,8 +609,8 @@ def main(argv=None):
     ap.add_argument("--model-dir", type=Path, default=ROOT / "tests/fixtures/models/glm-5-nvfp4")
     ap.add_argument("--model-name", default="glm-5-nvfp4")
     ap.add_argument("--sim-builder", type=Path, default=ROOT / "lab/sglang_sim/build_wheel.py")
-    ap.add_argument("--keyring-ports", type=port_range, default=port_range("18080-18119"),
-                    help="lab repository ports to build a cuda-keyring for (default 18080-18119)")
+    ap.add_argument("--keyring-ports", type=port_range, default=port_range("18080-18249"),
+                    help="lab repository ports to build a cuda-keyring for (default 18080-18249: every lab test's port)")
     ap.add_argument("--python", default=sys.executable, help="python whose pip downloads the wheels")
     ap.add_argument("--skip-pip", action="store_true",
                     help="leave pip/ and pip-client/ alone (no simulator, no download)")

@@ -86,12 +86,28 @@ MANAGED = {
     "served_model_name": "the served_model_name input (topolaunch_served_model_name)",
     "base_gpu_id": "the gpus input (topolaunch_gpus): the planner orders CUDA_VISIBLE_DEVICES itself",
     "gpu_id_step": "the gpus input (topolaunch_gpus): the planner orders CUDA_VISIBLE_DEVICES itself",
+    "enable_metrics": "the metrics input (topolaunch_metrics: true by default)",
+    "enable_metrics_for_all_schedulers": "the metrics input (topolaunch_metrics: the planner adds it where a TP "
+                                         "rank other than 0 would not report)",
     "enable_dp_attention": "nothing: DP attention maps DP ranks onto the TP group, which this planner does not "
                            "model (use layout dp for independent replicas)",
     "attn_dp_size": "nothing: DP attention maps DP ranks onto the TP group, which this planner does not "
                     "model (use layout dp for independent replicas)",
 }
 SECRETS = ("api_key", "admin_api_key", "ssl_keyfile_password")
+METRICS_FLAG = "--enable-metrics"
+ALL_SCHEDULERS_FLAG = "--enable-metrics-for-all-schedulers"
+
+
+def metrics_argv(index, metrics, tp):
+    """The words that turn SGLang's Prometheus metrics on (GET /metrics): --enable-metrics, and, where the release
+    has it and the layout has TP ranks other than 0, --enable-metrics-for-all-schedulers. Without it only each TP
+    group's rank 0 reports (attn_tp_rank == 0: 59:sglang/srt/managers/scheduler_metrics_mixin.py:100-102,
+    523:sglang/srt/observability/metrics_collector.py:1360-1367); PP stages and DP replicas each have their
+    own rank 0. [] with metrics off or a release without --enable-metrics."""
+    if not metrics or not index.has(METRICS_FLAG):
+        return []
+    return [METRICS_FLAG] + ([ALL_SCHEDULERS_FLAG] if tp > 1 and index.has(ALL_SCHEDULERS_FLAG) else [])
 
 
 class FlagIndex:

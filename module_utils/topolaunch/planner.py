@@ -69,7 +69,7 @@ import re
 from . import (constants, known_combinations, model_config, plan_nodes, plan_perf, plan_preflight, sglang_facts_0_5_9,
                sglang_facts_0_5_23)
 from .constants import base_version
-from .plan_args import FlagIndex, PLANNER_FLAGS, check_server_args, supported_versions, text_problem
+from .plan_args import FlagIndex, PLANNER_FLAGS, check_server_args, metrics_argv, supported_versions, text_problem
 from .plan_score import Links, Shape, check_workload, estimate, gemm_peak, stage_time
 from .plan_topology import NodeTopology, nccl_env
 
@@ -891,13 +891,16 @@ class PlanRequest:
     measured links and its plan_fixes (plan_preflight). nccl_topo_file: the NCCL topology file the preflight stage
     wrote for this host's topology (nccl_topo.written_for), set as NCCL_TOPO_FILE. fits: machine fits
     (plan_fit.py); the one of this model and topology replaces plan_perf's efficiency constants in the estimates.
+    metrics: SGLang's Prometheus metrics on (plan_args.metrics_argv: --enable-metrics, and for TP > 1
+    --enable-metrics-for-all-schedulers where the release has it).
     """
 
     FIELDS = {"topology": None, "node_topologies": None, "model": None, "model_path": None, "layout": "auto",
               "sglang_version": "0.5.9", "server_args": None, "host": "127.0.0.1", "port": 30000,
               "served_model_name": None, "nnodes": 1, "node_rank": 0, "dist_init_addr": None, "measured": None,
               "gpus": None, "pp_layer_partition": None, "workload": None, "preflight": None,
-              "nccl_topo_file": None, "fits": None, "allow_cross_node_tp": False, "node_servers": None}
+              "nccl_topo_file": None, "fits": None, "allow_cross_node_tp": False, "node_servers": None,
+              "metrics": True}
 
     def __init__(self, **fields):
         unknown = sorted(set(fields) - set(self.FIELDS))
@@ -1026,6 +1029,8 @@ def _prepare(request):
         warnings.extend(arg_warnings)
     # host, port, names
     port_number = _int_input(port, "port", reasons, 1, 65535)
+    if not isinstance(r.metrics, bool):
+        reasons.append("metrics (topolaunch_metrics) must be true or false, got %r" % (r.metrics,))
     if not isinstance(host, str) or not host.strip():
         reasons.append("host must be a non-empty string, got %r" % (host,))
     served = served_model_name or (facts["name"] if facts else None) or \
@@ -1104,6 +1109,8 @@ def _prepare(request):
     if ctx.fit:
         ctx.eff = dict(plan_perf.EFFICIENCY, **ctx.fit["efficiency"])
     ctx.allow_cross_node_tp = bool(r.allow_cross_node_tp)
+    ctx.index = index
+    ctx.metrics = r.metrics
     ctx.node_servers = node_servers
     total = sum(len(n.indices) for n in nodes) if nnodes_n == 1 else nnodes_n * min(len(n.indices) for n in nodes)
     layouts = enumerate_layouts(total, facts["moe"], nnodes_n) if total else []
@@ -1286,6 +1293,7 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
         base_argv += ["--dp-size", str(dp)]
     if ep > 1:
         base_argv += ["--ep-size", str(ep)]
+    base_argv += metrics_argv(ctx.index, ctx.metrics, tp)
     for _arg, words in items:
         base_argv.extend(words)
 

@@ -221,11 +221,14 @@ class Lab:
     """A test's own lab: hosts (name -> host variables: ansible_port at least; lab_gpu_spec defaults to the field
     spec, topolaunch_sglang_version picks the layer, "lab_layer": None boots a bare host) in the group
     sglang_servers of a private inventory .lab/inventories/<name>/ (inventory/lab's settings, the connection as
-    `user`, the lab repository on repo_port, then `settings`). Use it as a context manager (up, then down), or call
+    `user`, the lab repository on repo_port, then `settings`); `groups` ({"monitoring": ["mon"]}) puts the hosts it
+    names in those groups instead. Use it as a context manager (up, then down), or call
     up() and down()."""
 
-    def __init__(self, name, hosts, repo_port, settings=None, user="root"):
+    def __init__(self, name, hosts, repo_port, settings=None, user="root", groups=None):
         self.name, self.repo_port, self.user = name, repo_port, user
+        # Hosts of other groups than sglang_servers ({"monitoring": ["mon"]}): not GPU hosts of the inventory.
+        self.groups = {g: list(members) for g, members in (groups or {}).items()}
         self.hosts = {h: dict(v) for h, v in hosts.items()}
         self.settings = dict(settings or {})
         self.inventory = ROOT / ".lab" / "inventories" / name
@@ -247,8 +250,13 @@ class Lab:
 
     def write_inventory(self):
         write_group_vars(self.inventory, self.repo_port, self.user, self.settings)
-        (self.inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_hosts": {"children": {
-            "sglang_servers": {"hosts": self.host_vars()}}}}}}))
+        host_vars = self.host_vars()
+        others = {h for members in self.groups.values() for h in members}
+        children = {"gpu_hosts": {"children": {"sglang_servers": {"hosts": {
+            h: v for h, v in host_vars.items() if h not in others}}}}}
+        for group, members in self.groups.items():
+            children[group] = {"hosts": {h: host_vars[h] for h in members}}
+        (self.inventory / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": children}}))
         return self.inventory
 
     def lab(self, *args):

@@ -103,6 +103,17 @@ def test_a_lab_inventory_has_the_lab_settings_its_own_connection_and_the_tests_s
     assert list(hosts["all"]["children"]["gpu_hosts"]["children"]["sglang_servers"]["hosts"]) == ["gw"]
 
 
+def test_hosts_of_other_groups_are_not_gpu_hosts(monkeypatch, tmp_path):
+    monkeypatch.setattr(labhosts, "ensure_layers", lambda versions: {v: tmp_path / v for v in versions})
+    lab = labhosts.Lab("t-groups", {"srv": {"ansible_port": 2994}, "mon": {"ansible_port": 2995}}, repo_port=18116,
+                       groups={"monitoring": ["mon"]})
+    monkeypatch.setattr(lab, "inventory", tmp_path / "t-groups")
+    children = yaml.safe_load((lab.write_inventory() / "hosts.yml").read_text())["all"]["children"]
+    assert list(children["gpu_hosts"]["children"]["sglang_servers"]["hosts"]) == ["srv"]
+    assert list(children["monitoring"]["hosts"]) == ["mon"]
+    assert children["monitoring"]["hosts"]["mon"]["lab_layer"]   # booted from the layer too
+
+
 def test_a_layered_copy_keeps_the_inventory_and_adds_layers_and_the_key(monkeypatch, tmp_path):
     monkeypatch.setattr(labhosts, "ROOT", tmp_path)
     monkeypatch.setattr(labhosts, "provisioned", lambda version=None: {"lab_layer": "/layers/" + (version or "d")})

@@ -3,6 +3,7 @@ pinned versions (CUDA 13 included), per-port cuda-keyring, the stand-in model wi
 stand-in, and pip/ (both simulator wheels) and pip-client/ (the real SGLang client's wheels) with pip download
 replaced by a recording stub. No lab host, no network needed."""
 import hashlib
+import importlib.util
 import json
 import os
 import pathlib
@@ -12,6 +13,7 @@ import sys
 import tarfile
 
 import pytest
+import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FAKENVML = ROOT / "build" / "fakenvml"
@@ -270,3 +272,36 @@ def test_pip_carries_the_model_gateway_checked_against_its_hashes(repo_with_pip)
     gateway = [c for c in calls if "--dest %s " % pip in c and "--require-hashes" in c]
     # one download per gateway release of the role topolaunch's table, every wheel checked (--require-hashes)
     assert len(gateway) == 1 and "--no-deps -r " in gateway[0] and "--python-version 3.11" in gateway[0]
+
+
+def test_the_real_debian_packages_of_the_monitoring_stage_are_carried_as_pinned(repo):
+    """prometheus and prometheus-node-exporter (and what they need beyond the rootfs) are Debian's own .debs, byte for
+    byte (their pinned sha256), at the versions the monitoring role installs."""
+    spec = importlib.util.spec_from_file_location("lab_repo_build", ROOT / "lab/repo/build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    index = {p["Package"]: p for p in packages(repo)}
+    for name, version, digest, _path in build.DEBIAN_DEBS:
+        assert index[name]["Version"] == version and index[name]["SHA256"] == digest, name
+    role = yaml.safe_load((ROOT / "roles/monitoring/defaults/main.yml").read_text())
+    for var in ("monitoring_prometheus_package", "monitoring_node_exporter_package"):
+        name, _, version = role[var].partition("=")
+        assert index[name]["Version"] == version, var
+    prom = index["prometheus"]
+    missing = [d.split()[0] for d in prom["Depends"].split(", ") if d.split()[0] not in index
+               and d.split()[0] not in ("adduser", "libc6")]   # adduser, libc6: in the lab rootfs
+    assert missing == []
+
+
+def test_a_debian_package_that_does_not_match_its_pin_is_refused(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("lab_repo_build2", ROOT / "lab/repo/build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    name, version, _digest, path = build.DEBIAN_DEBS[0]
+    src = build.debian_deb(name)  # the real file (cached)
+    monkeypatch.setattr(build, "DEBIAN_DEBS", [(name, version, "0" * 64, path)])
+    (tmp_path / "c").mkdir()
+    monkeypatch.setattr(build.urllib.request, "urlopen", lambda url, timeout: open(src, "rb"))
+    with pytest.raises(SystemExit, match="sha256 .*pinned 0{64}.*refusing it"):
+        build.debian_deb(name, cache=tmp_path / "c")
+    assert not list((tmp_path / "c").iterdir())

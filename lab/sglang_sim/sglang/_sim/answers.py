@@ -47,12 +47,12 @@ class AnswerRequest(GenRequest):
     SGLang skips special tokens; counted in completion_tokens and output_ids as SGLang counts it) when
     max_new_tokens leaves room for it."""
 
-    def __init__(self, rid, prompt_tokens, max_new_tokens, words, eos, internal=False):
+    def __init__(self, rid, prompt_tokens, max_new_tokens, words, eos, internal=False, stream=False):
         self.words = list(words)
         self.stops = len(self.words) + 1 <= max_new_tokens
         self.eos = eos
         super().__init__(rid, prompt_tokens, len(self.words) + 1 if self.stops else max_new_tokens,
-                         internal=internal)
+                         internal=internal, stream=stream)
 
     def text(self, n):
         return " ".join(self.words[:n])
@@ -70,11 +70,11 @@ class Answers:
         self.eos = eos_token_id(model_path)
         self.garbage = garbage
 
-    def request(self, rid, prompt, prompt_tokens, max_new_tokens, internal=False):
+    def request(self, rid, prompt, prompt_tokens, max_new_tokens, internal=False, stream=False):
         words = None if self.garbage else reply_words(prompt)
         if words is None:
-            return GenRequest(rid, prompt_tokens, max_new_tokens, internal=internal)
-        return AnswerRequest(rid, prompt_tokens, max_new_tokens, words, self.eos, internal=internal)
+            return GenRequest(rid, prompt_tokens, max_new_tokens, internal=internal, stream=stream)
+        return AnswerRequest(rid, prompt_tokens, max_new_tokens, words, self.eos, internal=internal, stream=stream)
 
 
 def finish_reason(req, done):

@@ -16,18 +16,13 @@ WORDS = (
     "only over most such can where these many between both through during each under while same"
 ).split()
 
-TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0)
-ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080, 0.100,
-               0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0)
-E2E_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 4.0, 6.0, 8.0, 10.0, 20.0, 40.0, 60.0, 80.0, 100.0, 200.0, 400.0,
-               600.0, 1200.0, 1800.0, 2400.0)
-
 
 class GenRequest:
     """One generation request. The HTTP handler reads `events`: ("token", n_done, t) ... ("end", n_done, t)."""
 
-    def __init__(self, rid, prompt_tokens, max_new_tokens, internal=False):
+    def __init__(self, rid, prompt_tokens, max_new_tokens, internal=False, stream=False):
         self.rid = rid
+        self.stream = stream  # the client asked for a stream (0.5.23's is_streaming metric label)
         self.prompt_tokens = prompt_tokens
         self.max_new = max_new_tokens
         self.internal = internal  # health checks and the server's own warmup: not in metrics
@@ -51,21 +46,6 @@ class GenRequest:
         return self.finished_at is not None
 
 
-class Histogram:
-    def __init__(self, buckets):
-        self.buckets = buckets
-        self.counts = [0] * len(buckets)
-        self.total = 0
-        self.sum = 0.0
-
-    def observe(self, value):
-        self.total += 1
-        self.sum += value
-        for i, bound in enumerate(self.buckets):
-            if value <= bound:
-                self.counts[i] += 1
-
-
 class Engine:
     def __init__(self, perf, time_scale, max_running, max_total_tokens):
         self.perf = perf
@@ -77,15 +57,9 @@ class Engine:
         self.running = []
         self.stalled = False  # a scheduler process died: nothing comes out any more
         self.last_output = 0.0  # time.time() of the last token of any request (health checks look at it)
-        # metrics
-        self.prompt_tokens_total = 0
-        self.generation_tokens_total = 0
-        self.requests_total = 0
         self.gen_throughput = 0.0
         self._throughput_window = collections.deque()
-        self.ttft = Histogram(TTFT_BUCKETS)
-        self.itl = Histogram(ITL_BUCKETS)
-        self.e2e = Histogram(E2E_BUCKETS)
+        self.recorder = None  # metrics.Recorder with --enable-metrics: told of user requests' tokens
         self.thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
 
     def start(self):
@@ -170,24 +144,22 @@ class Engine:
             if req.done < req.max_new:
                 req.done += 1
                 produced += 1
+                recorder = None if req.internal else self.recorder
                 if req.first_token_at is None:
                     req.first_token_at = t
-                    if not req.internal:
-                        self.ttft.observe(t - req.created)
-                elif not req.internal:
-                    self.itl.observe(t - req.last_token_at)
+                    if recorder:
+                        recorder.first_token(req, t - req.created)
+                elif recorder:
+                    recorder.next_token(req, t - req.last_token_at)
                 req.last_token_at = t
             if req.done >= req.max_new:
                 req.finished_at = t
-                if not req.internal:
-                    self.e2e.observe(t - req.created)
-                    self.requests_total += 1
-                    self.prompt_tokens_total += req.prompt_tokens
+                if self.recorder and not req.internal:
+                    self.recorder.finished(req, t - req.created)
                 req.events.put(("end", req.done, t))
             else:
                 req.events.put(("token", req.done, t))
         self.last_output = t
-        self.generation_tokens_total += produced
         window = self._throughput_window
         window.append((t, produced))
         while window and t - window[0][0] > 2.0:

@@ -30,7 +30,7 @@ import threading
 import time
 
 import sglang
-from sglang._sim import dist, flags, gpumem, hardware, logutil, modelcfg, perf, release, server, validate
+from sglang._sim import dist, flags, gpumem, hardware, logutil, metrics, modelcfg, perf, release, server, validate
 from sglang._sim.engine import Engine
 
 logger = logging.getLogger("sglang.srt.entrypoints.engine")
@@ -466,6 +466,12 @@ class Launcher:
         self.state = st = server.State(args, self.model, engine, scheduler_info,
                                        dict(model_perf.describe(), layout=name), self.time_scale)
         st.startup_time = startup_time([i.get("startup_time") for i in infos], time.perf_counter() - self.started)
+        if args.enable_metrics:
+            pids = {id(plan): proc.pid for plan, proc, _ in self.children}
+            st.recorder = engine.recorder = metrics.Recorder(args, [{
+                "tp_rank": p["tp_rank"], "pp_rank": p["pp_rank"], "dp_rank": p["dp_rank"] if replicas > 1 else None,
+                "moe_ep_rank": moe_ep_rank(p["tp_rank"], args.tp_size, args.ep_size, args.get("moe_dp_size") or 1),
+                "pid": pids.get(id(p), os.getpid())} for p in plans], scheduler_info["max_total_num_tokens"] * replicas)
         if "die_after_requests" in self.faults:
             st.after_generation = self.maybe_die
         if "garbage_output" in self.faults:

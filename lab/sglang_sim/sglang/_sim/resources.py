@@ -1,7 +1,7 @@
 """Modules the simulator shares with the rest of the project, found in the wheel or in the source tree.
 
 build_wheel.py copies them into the wheel as sglang/_sim/<name>.py (the single sources stay in the repository:
-module_utils/topolaunch/sglang_flags_<version>.py and lab/fakenvml/fakegpu.py). Run from the source tree (tests,
+module_utils/topolaunch/sglang_flags_<version>.py, sglang_metrics_<version>.py and lab/fakenvml/fakegpu.py). Run from the source tree (tests,
 development), the simulator loads the repository's files directly.
 """
 import importlib
@@ -15,6 +15,8 @@ _REPO = _HERE.parents[3]
 SOURCES = {
     "sglang_flags_0_5_9": "module_utils/topolaunch/sglang_flags_0_5_9.py",
     "sglang_flags_0_5_23": "module_utils/topolaunch/sglang_flags_0_5_23.py",
+    "sglang_metrics_0_5_9": "module_utils/topolaunch/sglang_metrics_0_5_9.py",
+    "sglang_metrics_0_5_23": "module_utils/topolaunch/sglang_metrics_0_5_23.py",
     "model_config": "module_utils/topolaunch/model_config.py",
     "fakegpu": "lab/fakenvml/fakegpu.py",
 }

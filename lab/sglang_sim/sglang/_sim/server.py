@@ -52,6 +52,7 @@ class State:
         self.after_generation = None  # callback(count) once a user generation request is answered
         self.startup_time = None  # 0.5.23 /server_info: the ranks' start-up durations
         self.answers = answers.Answers(model.path)  # what the model says (the launcher sets garbage_output)
+        self.recorder = None  # metrics.Recorder with --enable-metrics
 
 
 def count_tokens(text):
@@ -348,7 +349,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def metrics(self):
         st = self.state
-        if not st.args.enable_metrics:
+        if st.recorder is None:
             self.send_json(404, {"detail": "Not Found"})
             return
         self.send_bytes(200, render_metrics(st).encode(), "text/plain; version=0.0.4; charset=utf-8")
@@ -379,10 +380,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 "reduce the number of tokens in the input messages or the completion to fit within the limit."
                 % (ctx, max_new + prompt_tokens, prompt_tokens, max_new))
 
-    def _submit(self, rid, prompt_tokens, max_new, prompt=None):
+    def _submit(self, rid, prompt_tokens, max_new, prompt=None, stream=False):
         internal = INTERNAL_HEADER in self.headers
         return self.state.engine.submit(self.state.answers.request(rid, prompt, prompt_tokens, max_new,
-                                                                   internal=internal))
+                                                                   internal=internal, stream=bool(stream)))
 
     def _events(self, req):
         """Yield (kind, n_done, t) until the end; abort the request if the client goes away."""
@@ -431,7 +432,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         rid = str(body.get("rid") or uuid.uuid4().hex)
         text = body.get("text")
-        req = self._submit(rid, prompt_tokens, max_new, text if isinstance(text, str) else None)
+        req = self._submit(rid, prompt_tokens, max_new, text if isinstance(text, str) else None, body.get("stream"))
         try:
             if body.get("stream"):
                 self.start_stream()
@@ -487,7 +488,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                  "code": 400})
             return
         rid = uuid.uuid4().hex
-        req = self._submit(rid, prompt_tokens, max_new, prompt_text)
+        req = self._submit(rid, prompt_tokens, max_new, prompt_text, body.get("stream"))
         created = int(time.time())
         kind_name = "chat.completion" if chat else "text_completion"
         model = body.get("model") or st.args.served_model_name
@@ -631,46 +632,13 @@ SINCE = {"/ready": "0.5.23"}  # routes a release added
 
 
 def render_metrics(st):
-    engine = st.engine
-    running, waiting, used = engine.load()
-    name = st.args.served_model_name
-    labels = 'model_name="%s"' % name
-    capacity = st.scheduler_info["max_total_num_tokens"]
+    """GET /metrics: the lab's marker (a comment and sglang_sim_info), then SGLang's metrics (metrics.py)."""
     version = release.sim_version()
     lines = ["# SGLang simulator %s (lab): every value below is simulated." % version,
              "# HELP sglang_sim_info The server is the lab's SGLang simulator.",
              "# TYPE sglang_sim_info gauge",
-             'sglang_sim_info{version="%s",%s} 1' % (version, labels)]
-
-    def gauge(metric, value, help_text):
-        lines.extend(["# HELP sglang:%s %s (simulated)" % (metric, help_text), "# TYPE sglang:%s gauge" % metric,
-                      "sglang:%s{%s} %s" % (metric, labels, float(value))])
-
-    def counter(metric, value, help_text):
-        lines.extend(["# HELP sglang:%s %s (simulated)" % (metric, help_text), "# TYPE sglang:%s counter" % metric,
-                      "sglang:%s{%s} %s" % (metric, labels, float(value))])
-
-    def histogram(metric, hist, help_text):
-        lines.extend(["# HELP sglang:%s %s (simulated)" % (metric, help_text), "# TYPE sglang:%s histogram" % metric])
-        for bound, count in zip(hist.buckets, hist.counts):
-            lines.append('sglang:%s_bucket{%s,le="%s"} %s' % (metric, labels, float(bound), float(count)))
-        lines.append('sglang:%s_bucket{%s,le="+Inf"} %s' % (metric, labels, float(hist.total)))
-        lines.append("sglang:%s_sum{%s} %s" % (metric, labels, hist.sum))
-        lines.append("sglang:%s_count{%s} %s" % (metric, labels, float(hist.total)))
-
-    gauge("num_running_reqs", running, "The number of running requests.")
-    gauge("num_queue_reqs", waiting, "The number of requests in the waiting queue.")
-    gauge("num_used_tokens", used, "The number of used tokens.")
-    gauge("token_usage", used / capacity if capacity else 0.0, "The token usage.")
-    gauge("gen_throughput", engine.gen_throughput, "The generation throughput (token/s).")
-    gauge("cache_hit_rate", 0.0, "The prefix cache hit rate.")
-    counter("prompt_tokens_total", engine.prompt_tokens_total, "Number of prefill tokens processed.")
-    counter("generation_tokens_total", engine.generation_tokens_total, "Number of generation tokens processed.")
-    counter("num_requests_total", engine.requests_total, "Number of requests processed.")
-    histogram("time_to_first_token_seconds", engine.ttft, "Histogram of time to first token in seconds.")
-    histogram("inter_token_latency_seconds", engine.itl, "Histogram of inter-token latency in seconds.")
-    histogram("e2e_request_latency_seconds", engine.e2e, "Histogram of End-to-end request latency in seconds")
-    return "\n".join(lines) + "\n"
+             'sglang_sim_info{version="%s",model_name="%s"} 1' % (version, st.args.served_model_name)]
+    return "\n".join(lines) + "\n" + st.recorder.render(st.engine)
 
 
 class HTTPServer(http.server.ThreadingHTTPServer):

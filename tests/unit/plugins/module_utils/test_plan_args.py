@@ -10,11 +10,11 @@ from plan_cases import FIELD_ARGS, FIELD_ARGS_0_5_23
 def test_server_args_are_flags_of_the_pinned_version():
     index = FlagIndex("0.5.9")
     items, values, reasons, warnings = check_server_args(dict(
-        FIELD_ARGS, kv_cache_dtype="fp8_e4m3", trust_remote_code=True, enable_metrics=False, context_length="32768"),
-        index)
+        FIELD_ARGS, kv_cache_dtype="fp8_e4m3", trust_remote_code=True, enable_cache_report=False,
+        context_length="32768"), index)
     assert reasons == [] and warnings == []
     flags = [flag for flag, _ in items]
-    assert flags == sorted(flags) and "--enable-metrics" not in flags
+    assert flags == sorted(flags) and "--enable-cache-report" not in flags
     words = dict(items)
     assert words["--trust-remote-code"] == ["--trust-remote-code"]
     assert words["--context-length"] == ["--context-length", "32768"]
@@ -34,6 +34,8 @@ def test_server_args_are_flags_of_the_pinned_version():
     ({"hybrid_kvcache_ratio": True}, "--hybrid-kvcache-ratio is deprecated in SGLang 0.5.9"),
     ({"fp8_gemm_backend": "cutlass", "fp8_gemm_runner_backend": "triton"}, "both set --fp8-gemm-backend"),
     ({"enable_dp_attention": True}, "DP attention"),
+    ({"enable_metrics": True}, "server_args.enable_metrics is set by the planner: use the metrics input (topolaunch_metrics"),
+    ({"enable_metrics_for_all_schedulers": True}, "server_args.enable_metrics_for_all_schedulers is set by the planner"),
 ])
 def test_bad_server_args_are_named(args, words):
     _, _, reasons, _ = check_server_args(args, FlagIndex("0.5.9"))
@@ -202,3 +204,20 @@ def test_server_args_must_be_a_mapping():
 def test_the_planners_own_flags_exist_in_every_table():
     for version in plan_args.supported_versions():
         assert [f for f in plan_args.PLANNER_FLAGS if not FlagIndex(version).has(f)] == [], version
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+def test_metrics_words(version):
+    index = FlagIndex(version)
+    assert plan_args.metrics_argv(index, True, 1) == ["--enable-metrics"]
+    assert plan_args.metrics_argv(index, True, 4) == ["--enable-metrics", "--enable-metrics-for-all-schedulers"]
+    assert plan_args.metrics_argv(index, False, 4) == []
+
+
+def test_metrics_words_follow_the_table():
+    """A release without --enable-metrics-for-all-schedulers gets --enable-metrics alone; one without metrics none."""
+    index = FlagIndex("0.5.9")
+    index.flags = {k: v for k, v in index.flags.items() if k != "--enable-metrics-for-all-schedulers"}
+    assert plan_args.metrics_argv(index, True, 8) == ["--enable-metrics"]
+    index.flags = {k: v for k, v in index.flags.items() if k != "--enable-metrics"}
+    assert plan_args.metrics_argv(index, True, 8) == []

@@ -289,8 +289,8 @@ def test_plan_takes_one_request_object(vnuma):
     with pytest.raises(planner.PlanError) as exc:
         planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layot="tp8")
     assert exc.value.reasons == ["unknown plan request field(s) layot (known: allow_cross_node_tp, dist_init_addr, "
-                                 "fits, gpus, host, layout, measured, model, model_path, nccl_topo_file, nnodes, "
-                                 "node_rank, node_servers, node_topologies, port, pp_layer_partition, preflight, "
+                                 "fits, gpus, host, layout, measured, metrics, model, model_path, nccl_topo_file, "
+                                 "nnodes, node_rank, node_servers, node_topologies, port, pp_layer_partition, preflight, "
                                  "served_model_name, server_args, sglang_version, topology, workload)"]
     with pytest.raises(planner.PlanError, match="plan\\(\\) takes a PlanRequest, got dict"):
         planner.plan({"topology": vnuma})
@@ -308,6 +308,19 @@ def test_the_plan_follows_the_installed_version(vnuma):
                for w in plan["warnings"]), plan["warnings"]
     reasons = refused(vnuma, "tp4pp2", sglang_version="0.5.23", server_args=FIELD_ARGS)
     assert "server_args.nsa_prefill_backend: removed in 0.5.23, use dsa_prefill_backend" in reasons
+
+
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+def test_metrics_are_on_by_default(vnuma, version):
+    """--enable-metrics always; --enable-metrics-for-all-schedulers with TP > 1 (else only TP rank 0 reports);
+    metrics=False: neither."""
+    request = dict(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp4pp2", sglang_version=version)
+    argv = planner.plan(planner.PlanRequest(**request))["argv"]
+    assert argv.count("--enable-metrics") == 1 and argv.count("--enable-metrics-for-all-schedulers") == 1
+    argv = planner.plan(planner.PlanRequest(**dict(request, metrics=False)))["argv"]
+    assert "--enable-metrics" not in argv and "--enable-metrics-for-all-schedulers" not in argv
+    assert "metrics (topolaunch_metrics) must be true or false, got 'yes'" in refused(
+        vnuma, "tp4pp2", sglang_version=version, metrics="yes")
 
 
 # ---------------------------------------------------------------------------------------------- hostile input

@@ -1,0 +1,146 @@
+"""The monitoring stage on lab hosts (issue 23): Prometheus (Debian's real package) scraping the SGLang server, a node
+exporter (Debian's) and nvitop-exporter (PyPI, on the fake NVML), as deploy.yml's `monitoring` stage installs them.
+
+Two hosts booted from the provisioned layer (tests/lab/labhosts.py): `srv` (ssh 2540, server 35400, node exporter
+9410, GPU exporter 9411) in sglang_servers, `mon` (ssh 2541, Prometheus 35401) in the group monitoring; lab
+repository 18204, state in .lab/h23-monitoring/. One relaunch, then the cases:
+- after `--tags monitoring`, the real Prometheus reports every target up (up == 1 for the server, the node exporter
+  and the GPU exporter) and holds the GPU exporter's series for the host; the alert rules are loaded;
+- a second run changes nothing, and neither does --check;
+- playbooks/status.yml shows the plan, the unit, its health and its metrics now;
+- bad input (a listen address that is not one, a monitoring host not in the inventory, a port another program
+  holds) fails with one line naming the field, before anything changes on a host.
+
+    nsenter --net=/run/netns/<ns> -- .venv/bin/pytest -q tests/lab/test_monitoring.py
+"""
+import json
+import os
+import re
+import shutil
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+import labhosts
+
+NAME = "h23-monitoring"
+SRV, MON = "srv", "mon"
+SERVER_PORT, NODE_PORT, GPU_PORT, PROM_PORT = 35400, 9410, 9411, 35401
+REPO_PORT = 18204
+PROM = "http://127.0.0.1:%d" % PROM_PORT
+
+LAB_MISSING = os.geteuid() != 0 or not shutil.which("systemd-nspawn") or not shutil.which("debootstrap")
+pytestmark = [pytest.mark.lab, pytest.mark.skipif(LAB_MISSING, reason="needs root, systemd-nspawn and debootstrap")]
+
+
+@pytest.fixture(scope="module")
+def lab():
+    with labhosts.Lab(NAME, repo_port=REPO_PORT, hosts={
+            SRV: {"ansible_port": 2540, "topolaunch_port": SERVER_PORT, "monitoring_node_exporter_port": NODE_PORT,
+                  "monitoring_gpu_exporter_port": GPU_PORT},
+            MON: {"ansible_port": 2541, "monitoring_prometheus_port": PROM_PORT},
+    }, groups={"monitoring": [MON]}, settings={"launch_drain_timeout": 2}) as lab:
+        rc, out = lab.play("--tags", "relaunch")
+        assert rc == 0, out[-6000:]
+        yield lab
+
+
+def query(expr):
+    url = PROM + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        body = json.load(resp)
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+def wait_for(expr, ok, timeout=90):
+    """Query until ok(result); returns the last result (the caller asserts)."""
+    deadline, result = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        try:
+            result = query(expr)
+            if ok(result):
+                return result
+        except OSError:
+            pass
+        time.sleep(2)
+    return result
+
+
+def recap(out):
+    return {m.group(1): {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+            for m in re.finditer(r"^(\S+)\s+: (ok=.*)$", out, re.M)}
+
+
+@pytest.fixture(scope="module")
+def monitored(lab):
+    rc, out = lab.play("--tags", "monitoring")
+    assert rc == 0, out[-6000:]
+    return out
+
+
+def test_prometheus_reports_every_target_up(lab, monitored):
+    def all_up(result):
+        jobs = {(r["metric"]["job"], r["metric"].get("host")): r["value"][1] for r in result}
+        return all(jobs.get(k) == "1" for k in (("sglang", SRV), ("node", SRV), ("gpu", SRV)))
+    result = wait_for('up{job=~"sglang|node|gpu"}', all_up)
+    assert result is not None and all_up(result), result
+    # the targets are where the inventory says: 127.0.0.1 (topolaunch_host), the host's own ports
+    instances = {r["metric"]["job"]: r["metric"]["instance"] for r in result}
+    assert instances == {"sglang": "127.0.0.1:%d" % SERVER_PORT, "node": "127.0.0.1:%d" % NODE_PORT,
+                         "gpu": "127.0.0.1:%d" % GPU_PORT}
+    # nvitop-exporter read the fake NVML: one memory total per GPU of the field spec (8)
+    gpus = wait_for('gpu_memory_total_MiB{host="%s"}' % SRV, lambda r: len(r) == 8)
+    assert len(gpus) == 8, gpus
+    # the served model's SGLang series (the simulator exports SGLang's own metric names)
+    served = lab.host_json("/var/lib/topolaunch/current_plan.json", SRV)["served_model_name"]
+    series = wait_for('{__name__=~"sglang:.+", model_name="%s", host="%s"}' % (served, SRV), lambda r: len(r) > 0)
+    assert series, "no sglang: series for %s" % served
+    # the alert rules are loaded, and nothing listens on every address
+    with urllib.request.urlopen(PROM + "/api/v1/rules", timeout=5) as resp:
+        names = {r["name"] for g in json.load(resp)["data"]["groups"] for r in g["rules"]}
+    assert {"SGLangServerNotReady", "SGLangGenerationStalled", "SGLangKVCacheFull", "ScrapeTargetDown",
+            "GPUMemoryFull"} <= names, names
+    rc, out = lab.ssh("ss -Hltn", host=SRV)
+    assert rc == 0
+    for port in (NODE_PORT, GPU_PORT):
+        assert re.search(r"127\.0\.0\.1:%d\b" % port, out) and not re.search(r"(\*|0\.0\.0\.0|\[::\]):%d\b" % port, out), out
+
+
+def test_a_second_run_and_check_mode_change_nothing(lab, monitored):
+    for args in (("--tags", "monitoring"), ("--tags", "monitoring", "--check")):
+        rc, out = lab.play(*args)
+        assert rc == 0, out[-6000:]
+        changed = {h: r["changed"] for h, r in recap(out).items()}
+        assert changed and all(v == 0 for v in changed.values()), (args, changed, out[-4000:])
+
+
+def test_status_shows_what_runs_its_health_and_metrics_now(lab, monitored):
+    served = lab.host_json("/var/lib/topolaunch/current_plan.json", SRV)
+    run = lab.playbook("playbooks/status.yml")
+    assert run.returncode == 0, run.stdout[-4000:]
+    assert "plan: %s on GPUs" % served["layout"]["name"] in run.stdout, run.stdout[-3000:]
+    assert "unit: active/running, up " in run.stdout
+    assert "health: ok (http://127.0.0.1:%d/health 200)" % SERVER_PORT in run.stdout
+    assert re.search(r"now: \d+ running, \d+ queued, token usage [\d.]+, [\d.]+ tokens/s generated", run.stdout)
+    assert {h: r["changed"] for h, r in recap(run.stdout).items()} == {SRV: 0}
+
+
+@pytest.mark.parametrize("extra, words", [
+    ({"monitoring_listen_address": "localhost:9"}, ["monitoring_listen_address", "srv", "not an IP address"]),
+    ({"monitoring_hosts": ["mon", "ghost"]}, ["monitoring_hosts", "ghost", "not a host of the inventory"]),
+    ({"monitoring_prometheus_port": 2541}, ["monitoring_prometheus_port", "mon", "2541", "in use by sshd"]),
+])
+def test_bad_input_fails_before_anything_changes(lab, monitored, extra, words):
+    files = "sha256sum /etc/prometheus/prometheus.yml /etc/default/prometheus; systemctl show -p MainPID prometheus"
+    rc, before = lab.ssh(files, host=MON)
+    rc, out = lab.play("--tags", "monitoring", extra=extra)
+    assert rc != 0, out[-4000:]
+    failed = [line for line in out.splitlines() if '"msg":' in line]
+    assert failed and all(w in failed[0] for w in words), (words, failed, out[-3000:])
+    assert "Traceback" not in out
+    changed = {h: r["changed"] for h, r in recap(out).items()}
+    assert changed and all(v == 0 for v in changed.values()), (changed, out[-3000:])
+    assert lab.ssh(files, host=MON)[1] == before
