@@ -9,7 +9,7 @@ description:
   - Reads C(<sysfs_root>/devices/system/node/nodeN/cpulist) and C(meminfo) for every NUMA node, and every
     display-class PCI device (class C(0x03xxxx)) under C(<sysfs_root>/bus/pci/devices) with its C(numa_node).
   - This is the host side of the Proxmox VM config topolaunch computes (role proxmox_vm). Read-only; runs the same
-    in check mode. Plain Python standard library: GPUs bound to vfio-pci have no driver to ask.
+    in check mode. Plain Python standard library (GPUs bound to vfio-pci have no driver to ask).
 options:
   sysfs_root:
     description: Root of sysfs (a test gives a recorded tree).

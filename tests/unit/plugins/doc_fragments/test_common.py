@@ -11,7 +11,7 @@ import paths
 
 ROOT = paths.ROOT
 MODULES = sorted(p.stem for p in (ROOT / "library").glob("*.py"))
-ACTION_ONLY = {"sglang_bench"}          # documentation of an action plugin: no argument spec of its own
+ACTION_ONLY = {"sglang_bench", "proxmox_vm_config"}  # documentation of an action plugin: no argument spec of its own
 
 
 FRAGMENTS = {"topolaunch.sglang.common": yaml.safe_load(ModuleDocFragment.DOCUMENTATION)["options"]}
