@@ -15,7 +15,10 @@ description:
     lines are NAME="value", the plan's SGLang version is the one installed and current (O(sglang_version_file)),
     the SGLang python exists and is executable, an absolute C(plan.model_path) has a config.json, O(service_user)
     exists, C(systemd-analyze verify) accepts the rendered unit (a temporary copy; skipped when systemd-analyze is
-    missing), the recorded running plan can be read.
+    missing), the recorded running plan can be read, and the plan's port (and the running server's) is free or held
+    by a process this host shows - not by a socket no process here holds (another container or PID namespace
+    sharing the network), not answering while nothing here listens (a forward, another network namespace), not
+    refusing to bind.
   - Then decide whether the server must be replaced, with the reasons (forced; the unit is not active; the plan
     changed, comparing only O(server_keys), naming what changed; the unit file, the env file or the server config
     changed).

@@ -592,3 +592,20 @@ def test_validate_says_when_a_kept_server_needs_no_launch_call(host):
     assert (res["replace"], res["enabled_as_wanted"]) == (False, True)
     assert call(host, sd, state="checked", enabled=False)["enabled_as_wanted"] is False
     assert call(host, sd, state="checked", enabled=None)["enabled_as_wanted"] is True
+
+
+def test_a_port_held_out_of_this_hosts_view_fails_validate_before_anything_is_stopped(host):
+    """Issue 29: a socket on the plan's port that no process of this /proc holds (a container sharing the network):
+    validate refuses, naming the port, and nothing is stopped (no systemctl verb runs)."""
+    proc = host / "proc"
+    (proc / "net").mkdir(parents=True)
+    (proc / "net" / "tcp").write_text(
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        "   0: 0100007F:%04X 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1\n"
+        % plan()["port"])
+    sd = Systemd(host, load="loaded", active="active")
+    with pytest.raises(LaunchError) as exc:
+        call(host, sd, state="checked", proc_root=str(proc))
+    assert "port %d: something listens on it that no process this host's /proc shows holds" % plan()["port"] \
+        in str(exc.value) and str(exc.value).endswith("plan another port (topolaunch_port); nothing was stopped.")
+    assert not [v for v in sd.verbs() if v in ("stop", "restart", "kill")]
