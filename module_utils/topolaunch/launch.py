@@ -44,9 +44,11 @@ import shutil
 import tempfile
 
 from .constants import ENV_FILE, SERVER_KEYS, SERVICE_USER, STATE_DIR, UNIT_DIR, UNIT_NAME, CURRENT_PLAN, VENV_ROOT
+from .constants import LAST_GOOD_PLAN
 from .constants import SGLANG_VERSION_FILE, base_version, server_view, sglang_python, state_file
 from .system import file_differs, journal, run as _run, show, write_atomic
 from .cleanup import port_problem
+from .health import read_last_good
 from .text import control_character
 
 __all__ = ["LaunchError", "launch", "validate", "plan_problems", "decide", "server_view", "env_values",
@@ -544,6 +546,19 @@ def launch(opts, check_mode=False, run=_run, owner=(0, 0), clean=None):
             raise LaunchError("%s. Last log lines of %s (journalctl -u %s):\n%s" % (
                 exc, name, name, _journal_tail(name, o["journal_lines"], run)), result) from None
     return result
+
+
+def rollback_facts(state_dir, plan, done):
+    """What a failed launch call (its cleanup or its start) leaves for the relaunch's rollback, as sglang_health's
+    failures carry it: the plan that failed, the last known good plan and whether it runs another server
+    (`last_good_plan`, `last_good_differs`), and whether the old server was stopped (`server_stopped`: the unit
+    stopped, processes of ours stopped, or a restart tried). `done`: the launch's or the cleanup's result so far."""
+    last_good = read_last_good(state_file(state_dir, LAST_GOOD_PLAN))
+    clean = done.get("cleanup") or done
+    stopped = bool((clean.get("unit") or {}).get("stopped") or clean.get("stopped")
+                   or "restart" in (done.get("actions") or []) or "restart (failed)" in (done.get("actions") or []))
+    return {"plan": plan, "last_good_plan": last_good, "server_stopped": stopped,
+            "last_good_differs": bool(last_good) and server_view(last_good) != server_view(plan)}
 
 
 def _journal_tail(name, lines, run):
