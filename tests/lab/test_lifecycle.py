@@ -14,6 +14,7 @@ import json
 import os
 import pathlib
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -345,6 +346,27 @@ def test_a_plan_for_other_gpus_is_refused_before_anything_is_stopped(host, good_
     assert "the plan was made for topology 0123456789ab but this host reads %s" % good_tp8["topology_fingerprint"] in out
     assert "nothing was stopped" in out and "TASK [topolaunch.sglang.cleanup" not in out
     assert host.ssh("systemctl show -p InvocationID --value %s" % UNIT) == before
+
+
+def test_a_port_held_out_of_the_hosts_view_is_refused_before_anything_is_stopped(host, good_tp8):
+    """Issue 29: something outside the host's view (here this controller, whose network the lab host shares, as a
+    container shares a VM's) listens on the server's port on another address: the host's /proc shows the socket and
+    no process holding it. Validate refuses naming the port; nothing is stopped and the old server still serves."""
+    rc, out = host.relaunch("-e", "layout=tp8")
+    assert rc == 0, out[-4000:]
+    before = host.ssh("systemctl show -p InvocationID --value %s" % UNIT)
+    with socket.socket() as outside:
+        outside.bind(("127.0.0.2", SERVER_PORT))
+        outside.listen()
+        rc, out = host.relaunch("-e", "layout=tp4pp2")
+    assert rc != 0
+    assert "port %d: something listens on it that no process this host's /proc shows holds" % SERVER_PORT in out, \
+        out[-4000:]
+    assert "nothing was stopped" in out and "TASK [topolaunch.sglang.launch : Replace" not in out
+    assert host.ssh("systemctl show -p InvocationID --value %s" % UNIT) == before
+    assert host.healthy(SERVER_PORT)
+    rc, out = host.relaunch("-e", "layout=tp8")        # the port free again: relaunches as before
+    assert rc == 0, out[-4000:]
 
 
 def changed_tasks(out):
