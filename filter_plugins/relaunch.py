@@ -21,13 +21,16 @@ def relaunch_steps(run_tags, skip_tags=()):
 def rollback_refusal(failed, rollback=True, rolling_back=False):
     """Why the server whose health check failed is not rolled back ('' when it is): `failed` is sglang_health's
     failure (its plan and last good plan). A rollback that failed again is not rolled back again (the caller says
-    so); rollback off; no last good plan; the last good plan is the one that failed."""
+    so); rollback off; a failed launch call that stopped nothing (`server_stopped` false: the old server still
+    runs); no last good plan; the last good plan is the one that failed."""
     failed = failed or {}
     # -e health_rollback=false comes as the string "false": Ansible's booleans, as the | bool filter reads them
     if boolean(rolling_back, strict=False):
         return ""
     if not boolean(rollback, strict=False):
         return "rollback is off (health_rollback=false)"
+    if failed.get("server_stopped") is False:        # a launch or cleanup failure before the old server stopped
+        return "nothing was stopped: the server that ran still runs"
     if not failed.get("last_good_plan"):
         return "there is no last known good plan"
     if not failed.get("last_good_differs"):

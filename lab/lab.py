@@ -405,6 +405,65 @@ def port_in_use(port):
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _listening_inodes(port):
+    """The inodes of the sockets listening on TCP `port` in this network namespace (/proc/net/tcp, tcp6)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    return inodes
+
+
+def port_holder(port):
+    """Who listens on 127.0.0.1:`port`, in words: another checkout's lab (its repository server or one of its
+    hosts, with the checkout's path), this checkout's, or any other process (pid and command)."""
+    wanted = {f"socket:[{i}]" for i in _listening_inodes(port)}
+    for pid in sorted((int(p) for p in os.listdir("/proc") if p.isdigit()), reverse=True) if wanted else []:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+            if not wanted & {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in fds}:
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+            root = os.path.realpath(f"/proc/{pid}/root")
+        except OSError:
+            continue
+        return _describe_holder(pid, argv, root)
+    return ("a process whose socket this machine's /proc does not show (another container or network namespace "
+            "forwarding it)")
+
+
+def _describe_holder(pid, argv, root):
+    """A listening process in words: a lab's repository server (http.server --directory CHECKOUT/build/repo) or a
+    process inside a lab host (its root CHECKOUT/.lab/LAB/hosts/HOST/root), else its pid and command."""
+    def whose(checkout):
+        return "this checkout's" if os.path.realpath(checkout) == os.path.realpath(ROOT) \
+            else f"another checkout's ({checkout})"
+    if "http.server" in argv and "--directory" in argv[:-1]:
+        served = argv[argv.index("--directory") + 1].rstrip("/")
+        if served.endswith("/build/repo"):
+            return f"{whose(served[:-len('/build/repo')])} lab repository server (pid {pid})"
+    m = re.match(r"^(.*)/\.lab/([^/]+)/hosts/([^/]+)/root$", root)
+    if m:
+        return f"host {m.group(3)} of {whose(m.group(1))} lab {m.group(2)} (pid {pid}: {' '.join(argv)[:60]})"
+    return f"pid {pid} ({' '.join(argv)[:80] or '?'})"
+
+
+def port_taken(lab, what, port):
+    """The error for a port of `lab` that another process holds: who holds it and how to pick others."""
+    return LabError(f"{what} {port}: something else already listens on 127.0.0.1:{port}: {port_holder(port)}. "
+                    f"Give this lab free ports (lab_repo_port, each host's ansible_port and topolaunch_port) in "
+                    f"{lab.inventory_dir}/hosts.yml, or take the other lab down (in its checkout: make lab-down, "
+                    "or .venv/bin/python lab/lab.py down-all)")
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Rootfs (debootstrap, cached)
 
@@ -884,7 +943,7 @@ class RepoServer:
                 return
             self.stop()
         if port_in_use(port):
-            raise LabError(f"lab_repo_port {port}: something else already listens on 127.0.0.1:{port}")
+            raise port_taken(self.lab, "lab_repo_port", port)
         os.makedirs(REPO_DIR, exist_ok=True)
         with open(self.log_file, "ab") as out:
             proc = subprocess.Popen(
@@ -942,6 +1001,17 @@ def inventory_host(lab, name):
                    f"(its hosts: {', '.join(h.name for h in lab.hosts)})")
 
 
+def check_ports(lab, hosts):
+    """Before anything changes: the repository port and each host's ssh port are this lab's or free."""
+    repo = RepoServer(lab).state()
+    if not (alive(repo.get("process")) and repo.get("port") == lab.repo_port) and port_in_use(lab.repo_port):
+        raise port_taken(lab, "lab_repo_port", lab.repo_port)
+    for host in hosts:
+        st = HostRuntime(lab, host.name).state()
+        if not (alive(st.get("nspawn")) and st.get("port") == host.port) and port_in_use(host.port):
+            raise port_taken(lab, f"{host.name}: ansible_port", host.port)
+
+
 def cmd_up(lab, args, only=None):
     """Boot the inventory's hosts (only those named in `only`, when given); reuse running ones."""
     t0 = time.monotonic()
@@ -955,6 +1025,7 @@ def cmd_up(lab, args, only=None):
     if proxy and not re.match(r"^https?://[^\s\"\\;]+$", proxy):
         raise LabError(f"{APT_PROXY_ENV}={proxy!r} is not an http:// or https:// URL")
     need_root()
+    check_ports(lab, hosts)
     with state_lock(lab):
         pubkey = ensure_ssh_key()
         rootfs = ensure_rootfs()
@@ -975,8 +1046,7 @@ def cmd_up(lab, args, only=None):
                 booting[host.name] = (rt, host, time.monotonic())
                 continue
             if port_in_use(host.port):
-                raise LabError(f"{host.name}: ansible_port {host.port} on 127.0.0.1 is already in use by another "
-                               "process (not this lab's host, which is stopped)")
+                raise port_taken(lab, f"{host.name}: ansible_port", host.port)
             rt.mount(rootfs, host.layer)
             rt.retarget_repo(lab.repo_port)
             rt.configure(host, pubkey)

@@ -15,7 +15,10 @@ description:
     lines are NAME="value", the plan's SGLang version is the one installed and current (O(sglang_version_file)),
     the SGLang python exists and is executable, an absolute C(plan.model_path) has a config.json, O(service_user)
     exists, C(systemd-analyze verify) accepts the rendered unit (a temporary copy; skipped when systemd-analyze is
-    missing), the recorded running plan can be read.
+    missing), the recorded running plan can be read, and the plan's port (and the running server's) is free or held
+    by a process this host shows - not by a socket no process here holds (another container or PID namespace
+    sharing the network), not answering while nothing here listens (a forward, another network namespace), not
+    refusing to bind.
   - Then decide whether the server must be replaced, with the reasons (forced; the unit is not active; the plan
     changed, comparing only O(server_keys), naming what changed; the unit file, the env file or the server config
     changed).
@@ -158,9 +161,24 @@ plan:
   returned: success
   type: dict
 stage:
-  description: C(validate) (O(state=checked)) or C(launch) (O(state=started)).
+  description: C(validate) (O(state=checked)) or C(launch) (O(state=started)); a failed cleanup in the start call
+    says C(cleanup).
   returned: always
   type: str
+last_good_plan:
+  description: O(state=started) failures - the last known good plan (health's record), what the relaunch's rollback
+    puts back; empty when there is none.
+  returned: failure
+  type: dict
+last_good_differs:
+  description: O(state=started) failures - whether the last known good plan runs another server than O(plan).
+  returned: failure
+  type: bool
+server_stopped:
+  description: O(state=started) failures - whether the old server was stopped (the unit or processes of ours
+    stopped, or a restart tried); when not, the server that ran still runs and there is nothing to roll back.
+  returned: failure
+  type: bool
 replace:
   description: Whether the server is (or must be) replaced.
   returned: success
@@ -212,7 +230,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.topolaunch.sglang.plugins.module_utils.cleanup import CleanupError, cleanup
 from ansible_collections.topolaunch.sglang.plugins.module_utils.launch import (
-    DEFAULTS, LaunchError, config_values, env_values, launch)
+    DEFAULTS, LaunchError, config_values, env_values, launch, rollback_facts)
 from ansible_collections.topolaunch.sglang.plugins.module_utils.topology import TopologyError, import_nvml
 
 ARGUMENT_SPEC = {
@@ -263,7 +281,9 @@ def main():
             try:
                 return cleanup(options, nvml, check_mode=check_mode)
             except CleanupError as exc:
-                module.fail_json(msg=str(exc), stage="cleanup", **exc.result)
+                failure = dict(exc.result, stage="cleanup", running_plan=exc.result.get("plan"))
+                failure.update(rollback_facts(p["state_dir"], p["plan"], exc.result))
+                module.fail_json(msg=str(exc), **failure)
             except nvml.NVMLError as exc:
                 module.fail_json(msg="NVML failed while cleaning GPUs %s: %s" % (options.get("gpu_indices"), exc),
                                  stage="cleanup")
@@ -272,6 +292,8 @@ def main():
     except LaunchError as exc:
         failure = {"stage": "validate" if p["state"] == "checked" else "launch"}
         failure.update(exc.result)
+        if p["state"] == "started" and isinstance(p["plan"], dict) and p["plan"]:
+            failure.update(rollback_facts(p["state_dir"], p["plan"], exc.result))   # for the relaunch's rollback
         module.fail_json(msg=str(exc), **failure)
     module.exit_json(**result)
 

@@ -26,17 +26,19 @@ Processes are identified by (pid, starttime) so that a reused pid is never signa
 pidfd where the kernel has them. Plain Python 3.9+ stdlib; NVML only through the `nvml` argument (pynvml or
 anything with the same functions), /proc through `proc_root`, systemctl through `run(argv) -> (rc, out, err)`.
 """
+import errno
 import json
 import os
 import pwd
 import signal
+import socket
 import time
 
 from .constants import CURRENT_PLAN, SERVICE_USER, STATE_DIR, UNIT_NAME, state_file
 from .system import run as _run, show
 
 __all__ = ["CleanupError", "cleanup", "classify", "in_unit_cgroup", "read_process", "listening_inodes",
-           "port_holders", "gpu_holders", "union_with_current_plan", "stop_unit", "DEFAULTS"]
+           "socket_holders", "port_holders", "port_problem", "gpu_holders", "union_with_current_plan", "stop_unit", "DEFAULTS"]
 
 DEFAULTS = {
     "gpu_indices": [],
@@ -173,14 +175,11 @@ def listening_inodes(port, proc_root="/proc"):
     return inodes
 
 
-def port_holders(port, proc_root="/proc"):
-    """Pids with an open fd on a socket that listens on `port`."""
-    inodes = listening_inodes(port, proc_root)
-    if not inodes:
-        return []
-    wanted = {"socket:[%s]" % i for i in inodes}
-    pids = []
-    for entry in os.listdir(proc_root):
+def socket_holders(inodes, proc_root="/proc"):
+    """{pid: the socket inodes among `inodes` it has open} of the processes this /proc shows."""
+    wanted = {"socket:[%s]" % i: i for i in inodes}
+    held = {}
+    for entry in os.listdir(proc_root) if wanted else []:
         if not entry.isdigit():
             continue
         fd_dir = os.path.join(proc_root, entry, "fd")
@@ -190,12 +189,63 @@ def port_holders(port, proc_root="/proc"):
             continue
         for fd in fds:
             try:
-                if os.readlink(os.path.join(fd_dir, fd)) in wanted:
-                    pids.append(int(entry))
-                    break
+                target = os.readlink(os.path.join(fd_dir, fd))
             except OSError:
                 continue
-    return sorted(pids)
+            if target in wanted:
+                held.setdefault(int(entry), set()).add(wanted[target])
+    return held
+
+
+def port_holders(port, proc_root="/proc"):
+    """Pids with an open fd on a socket that listens on `port`."""
+    return sorted(socket_holders(listening_inodes(port, proc_root), proc_root))
+
+
+def _answers(host, port, timeout=1.0):
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        return s.connect_ex((host, port)) == 0
+
+
+def _bind_error(host, port):
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            return exc.strerror if exc.errno == errno.EADDRINUSE else ""
+    return ""
+
+
+def port_problem(port, host="127.0.0.1", proc_root="/proc", probe=True):
+    """Why stopping our server would not give the server `port` (host:port), found without stopping anything; ''
+    when nothing stands in the way. A socket listens on the port that no process of this /proc holds (a process of
+    another container or PID namespace sharing this network: cleanup could neither stop it nor see the port freed);
+    with `probe`, when nothing here listens on it: something answers on host:port all the same (a forward, another
+    network namespace), or the address cannot be bound. A holder this /proc shows is left to the cleanup, which
+    stops ours and refuses a foreign one before stopping anything."""
+    inodes = listening_inodes(port, proc_root)
+    if inodes:
+        held = set().union(*socket_holders(inodes, proc_root).values())
+        if inodes - held:
+            return ("port %s: something listens on it that no process this host's /proc shows holds (a process "
+                    "of another container or PID namespace sharing this network): stopping our server would not "
+                    "free it" % port)
+        return ""
+    if not probe:
+        return ""
+    address = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    try:
+        if _answers(address, port):
+            return ("port %s on %s answers, but nothing on this host listens on it (a forward, or a process in "
+                    "another network namespace): it is not our server" % (port, address))
+        error = _bind_error(host or "0.0.0.0", port)
+    except OSError:
+        return ""                  # an address this host cannot probe: validate's other checks speak for it
+    return "port %s on %s cannot be bound: %s" % (port, host, error) if error else ""
 
 
 # ---------------------------------------------------------------------------------------------------- NVML

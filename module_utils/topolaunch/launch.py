@@ -9,7 +9,9 @@
      of the rendered env file, unit and server config (secrets never quoted), the plan's SGLang version against the
      one installed and current (the sglang role's record), the SGLang python, an absolute `plan.model_path` with a
      config.json, the service user, the rendered unit as `systemd-analyze verify` loads it (a temporary copy), the
-     plan the unit runs now (`<state_dir>/current_plan.json`) readable. Every plan
+     plan the unit runs now (`<state_dir>/current_plan.json`) readable, the plan's port (and the running server's)
+     free or held by a process this host shows (cleanup.port_problem: never a socket no process here holds, nor a
+     port that answers while nothing here listens, nor one that refuses to bind). Every plan
      problem is reported at once, with "nothing was stopped";
   2. the decision whether the server must be replaced, with its reasons: forced; the unit is not active; the plan
      changed (only SERVER_KEYS are compared, key order does not matter; what changed is named); the unit file,
@@ -42,8 +44,11 @@ import shutil
 import tempfile
 
 from .constants import ENV_FILE, SERVER_KEYS, SERVICE_USER, STATE_DIR, UNIT_DIR, UNIT_NAME, CURRENT_PLAN, VENV_ROOT
+from .constants import LAST_GOOD_PLAN
 from .constants import SGLANG_VERSION_FILE, base_version, server_view, sglang_python, state_file
 from .system import file_differs, journal, run as _run, show, write_atomic
+from .cleanup import port_problem
+from .health import read_last_good
 from .text import control_character
 
 __all__ = ["LaunchError", "launch", "validate", "plan_problems", "decide", "server_view", "env_values",
@@ -72,6 +77,8 @@ DEFAULTS = {
     "enabled": None,
     "state": "checked",
     "journal_lines": 20,
+    "proc_root": "/proc",                    # where validate looks for what holds the server's port(s)
+    "port_probe": True,                      # and connects to / binds them when nothing here listens
 }
 SHOW_PROPS = ["LoadState", "ActiveState", "SubState", "UnitFileState", "NeedDaemonReload"]
 FORCED = "forced (--tags given or launch_force)"
@@ -370,6 +377,17 @@ def validate(o, run=_run):
         raise LaunchError(
             "Cannot launch: the service user %r does not exist: the sglang role creates it (--tags provision); %s."
             % (o["service_user"], NOTHING_STOPPED)) from None
+    # The port(s) the cleanup frees and the server takes: the plan's, and the running server's (issue 29: a port
+    # held from outside this host's view stopped our server, then timed out waiting for the port).
+    running = _running_plan(state_file(o["state_dir"], CURRENT_PLAN)) or {}
+    ports = [(plan["port"], plan.get("host") or "127.0.0.1", True)]
+    if _is_int(running.get("port")) and running["port"] != plan["port"]:
+        ports.append((running["port"], running.get("host") or "127.0.0.1", False))
+    held = [p for p in (port_problem(port, host, o["proc_root"], probe and o["port_probe"])
+                        for port, host, probe in ports) if p]
+    if held:
+        raise LaunchError("Cannot launch: %s. Free it, or plan another port (topolaunch_port); %s."
+                          % ("; ".join(held), NOTHING_STOPPED))
     # The rendered unit as systemd would load it (issue 14).
     refused = verify_unit(o["unit_name"], o["unit_content"], run)
     if refused:
@@ -528,6 +546,19 @@ def launch(opts, check_mode=False, run=_run, owner=(0, 0), clean=None):
             raise LaunchError("%s. Last log lines of %s (journalctl -u %s):\n%s" % (
                 exc, name, name, _journal_tail(name, o["journal_lines"], run)), result) from None
     return result
+
+
+def rollback_facts(state_dir, plan, done):
+    """What a failed launch call (its cleanup or its start) leaves for the relaunch's rollback, as sglang_health's
+    failures carry it: the plan that failed, the last known good plan and whether it runs another server
+    (`last_good_plan`, `last_good_differs`), and whether the old server was stopped (`server_stopped`: the unit
+    stopped, processes of ours stopped, or a restart tried). `done`: the launch's or the cleanup's result so far."""
+    last_good = read_last_good(state_file(state_dir, LAST_GOOD_PLAN))
+    clean = done.get("cleanup") or done
+    stopped = bool((clean.get("unit") or {}).get("stopped") or clean.get("stopped")
+                   or "restart" in (done.get("actions") or []) or "restart (failed)" in (done.get("actions") or []))
+    return {"plan": plan, "last_good_plan": last_good, "server_stopped": stopped,
+            "last_good_differs": bool(last_good) and server_view(last_good) != server_view(plan)}
 
 
 def _journal_tail(name, lines, run):

@@ -58,7 +58,8 @@ Auto: measured results (records {model, topology_fingerprint, layout, output_thr
 input_len, output_len}) for this model and topology fingerprint, taken at a comparable workload (the same
 concurrency, input and output lengths within 10%), rank the layouts they cover ahead of every unmeasured one;
 without them the model's estimate ranks the valid layouts, and the reason says whether the margin between the
-top two is inside the model's error on the calibration set (then: measure, layout: tune). An explicit layout is
+top two is inside the model's error on the calibration set (then: measure, layout: tune; which layouts to measure is
+the tune's own rule, tune.select through tune_selection). An explicit layout is
 honoured when valid and refused with every reason when not.
 """
 import hashlib
@@ -1200,19 +1201,29 @@ def describe_estimate(est, workload):
         est.get("step_ms", 0), parts or "-", est.get("prefill_ms_per_request", 0))
 
 
-def margin_note(first, second):
-    """How far the top estimate is ahead of the runner-up, and whether the model can tell them apart."""
+def tune_selection(candidates, max_count=3):
+    """What a tune of these candidates would measure: tune.select, the one rule for "could win" that the plan's
+    advice and the tune share (tune imports this module, hence the late import)."""
+    from .tune import select  # pylint: disable=import-outside-toplevel,cyclic-import
+    return select(candidates, max_count)
+
+
+def margin_note(first, second, candidates):
+    """How far the top estimate is ahead of the runner-up, and what a tune would measure (tune_selection, the
+    tune's own rule): the layouts that could win, and why the runner-up is not one of them when it is not."""
     a, b = first["estimate"]["tokens_per_s"], second["estimate"]["tokens_per_s"]
     if a <= 0 or b <= 0:
         return ""
-    margin = math.log(a / b)
-    inside = margin < plan_perf.MODEL_ERROR
-    text = "runner-up %s estimated %.0f tok/s (%.0f%% lower); " % (second["name"], b, (1 - b / a) * 100)
-    if inside:
-        return text + ("that margin is inside the model's error on the calibration set (%.0f%%): measure both "
-                       "(%s)" % ((math.exp(plan_perf.MODEL_ERROR) - 1) * 100, MEASURE_HINT))
-    return text + "that margin is larger than the model's error on the calibration set (%.0f%%)" % (
-        (math.exp(plan_perf.MODEL_ERROR) - 1) * 100)
+    selection = tune_selection(candidates)
+    row = next((r for r in selection["rows"] if r["name"] == second["name"]), {})
+    why = "" if second["name"] in selection["chosen"] else ", %s%s" % (
+        row.get("status") or "cannot win", ": " + row["note"] if row.get("note") else "")
+    text = "runner-up %s estimated %.0f tok/s (%.0f%% lower%s); " % (second["name"], b, (1 - b / a) * 100, why)
+    error = (math.exp(plan_perf.MODEL_ERROR) - 1) * 100
+    if len(selection["chosen"]) > 1:
+        return text + "the layouts that could win, inside the model's error on the calibration set (%.0f%%): %s: " \
+            "measure them (%s)" % (error, ", ".join(selection["chosen"]), MEASURE_HINT)
+    return text + "no other layout could win, given the model's error on the calibration set (%.0f%%)" % error
 
 
 def _reason(chosen, candidates, wanted, measured_best, fingerprint, model_name, workload):
@@ -1226,9 +1237,9 @@ def _reason(chosen, candidates, wanted, measured_best, fingerprint, model_name, 
             chosen["name"], model_name, fingerprint, m["output_throughput"], m["max_concurrency"])
         if runner and runner.get("measured"):
             text += " (%s: %.0f tok/s)" % (runner["name"], runner["measured"]["output_throughput"])
-        unmeasured = [c["name"] for c in valid if c["source"] != "measured"]
+        unmeasured = tune_selection(candidates)["measure"]    # could win, not measured: the tune's rule
         if unmeasured:
-            text += "; not measured yet: %s (%s)" % (", ".join(unmeasured), MEASURE_HINT)
+            text += "; could win, not measured yet: %s (%s)" % (", ".join(unmeasured), MEASURE_HINT)
         if m.get("simulated"):
             text += "; note: these measurements come from the lab simulator"
         return ("measured results decide: " if wanted == "auto" else "") + text + "."
@@ -1237,7 +1248,7 @@ def _reason(chosen, candidates, wanted, measured_best, fingerprint, model_name, 
         text = "%s ranks first of %d valid layouts by the performance model: %s" % (
             chosen["name"], len(valid), describe_estimate(est, workload))
         if runner and runner.get("estimate") and est.get("tokens_per_s"):
-            text += "; " + margin_note(chosen, runner)
+            text += "; " + margin_note(chosen, runner, candidates)
     else:
         text = "layout %s was asked for and is valid; the performance model ranks it %d of %d valid layouts: %s" % (
             chosen["name"], position, len(valid), describe_estimate(est, workload))
@@ -1458,7 +1469,8 @@ def candidate_table(candidates):
 
 def render_report(result, python=None):
     """What the plan stage prints: the chosen launch (env + command line), why, warnings, the candidates."""
-    how = "asked for" if result["requested_layout"] != "auto" else "auto, %s" % result["source"]
+    how = ("%s, %s" % (result["requested_layout"], result["source"]) if result["requested_layout"] in ("auto", "tune")
+           else "asked for")
     lines = ["layout %s (%s): %s" % (result["layout"]["name"], how, result["reason"]),
              "GPUs in CUDA_VISIBLE_DEVICES order: %s" % result["cuda_visible_devices"]]
     for stage in result["pp_layer_partition"]:

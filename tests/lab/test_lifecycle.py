@@ -15,6 +15,7 @@ import os
 import pathlib
 import re
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -370,6 +371,71 @@ def test_a_plan_for_other_gpus_is_refused_before_anything_is_stopped(host, good_
     assert "the plan was made for topology 0123456789ab but this host reads %s" % good_tp8["topology_fingerprint"] in out
     assert "nothing was stopped" in out and "TASK [topolaunch.sglang.cleanup" not in out
     assert host.ssh("systemctl show -p InvocationID --value %s" % UNIT) == before
+
+
+def test_a_port_held_out_of_the_hosts_view_is_refused_before_anything_is_stopped(host, good_tp8):
+    """Issue 29: something outside the host's view (here this controller, whose network the lab host shares, as a
+    container shares a VM's) listens on the server's port on another address: the host's /proc shows the socket and
+    no process holding it. Validate refuses naming the port; nothing is stopped and the old server still serves."""
+    rc, out = host.relaunch("-e", "layout=tp8")
+    assert rc == 0, out[-4000:]
+    before = host.ssh("systemctl show -p InvocationID --value %s" % UNIT)
+    with socket.socket() as outside:
+        outside.bind(("127.0.0.2", SERVER_PORT))
+        outside.listen()
+        rc, out = host.relaunch("-e", "layout=tp4pp2")
+    assert rc != 0
+    assert "port %d: something listens on it that no process this host's /proc shows holds" % SERVER_PORT in out, \
+        out[-4000:]
+    assert "nothing was stopped" in out and "TASK [topolaunch.sglang.launch : Replace" not in out
+    assert host.ssh("systemctl show -p InvocationID --value %s" % UNIT) == before
+    assert host.healthy(SERVER_PORT)
+    rc, out = host.relaunch("-e", "layout=tp8")        # the port free again: relaunches as before
+    assert rc == 0, out[-4000:]
+
+
+def typed_extra_vars(inventory, name="lc"):
+    """`-e name=value` for every numeric and boolean variable of the roles' argument specs (and the shared role's
+    defaults), at the value this inventory gives it (else the role's default): as strings, as a command line gives
+    them. Left out: variables the roles set themselves (set_fact: an extra var would override the role's own) and
+    those whose default is a template (their source variable is passed)."""
+    out = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-inventory"), "-i", str(inventory), "--host", name],
+                         capture_output=True, text=True, check=True, timeout=120,
+                         env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg")))
+    given = json.loads(out.stdout)
+    set_by_roles = set()
+    for path in ROOT.glob("roles/*/tasks/*.yml"):
+        for task in yaml.safe_load(path.read_text()) or []:
+            for t in [task] + list(task.get("block") or []) + list(task.get("rescue") or []):
+                set_by_roles |= set((t.get("ansible.builtin.set_fact") or {}).keys())
+    values = {}
+    for spec_path in sorted(ROOT.glob("roles/*/meta/argument_specs.yml")):
+        defaults = yaml.safe_load((spec_path.parents[1] / "defaults" / "main.yml").read_text()) or {}
+        for spec in yaml.safe_load(spec_path.read_text())["argument_specs"].values():
+            for name, option in (spec.get("options") or {}).items():
+                if option.get("type") in ("int", "float", "bool") and name not in set_by_roles:
+                    values[name] = given.get(name, defaults.get(name))
+    for name, value in yaml.safe_load((ROOT / "roles" / "topolaunch" / "defaults" / "main.yml").read_text()).items():
+        if isinstance(value, (bool, int)):
+            values[name] = given.get(name, value)
+    args = []
+    for name, value in sorted(values.items()):
+        if isinstance(value, bool):
+            args += ["-e", "%s=%s" % (name, str(value).lower())]
+        elif isinstance(value, (int, float)) or (isinstance(value, str) and "{{" not in value and value):
+            args += ["-e", "%s=%s" % (name, value)]
+    return args
+
+
+def test_every_numeric_and_boolean_variable_works_given_as_an_extra_var_string(host, good_tp8):
+    """Issue 29: `-e bench_point_timeout=600` crashed the bench. The whole deploy.yml (provision to bench), every
+    numeric and boolean variable given as `-e name=value` at its value: it passes and changes nothing."""
+    extra = typed_extra_vars(host.inventory)
+    assert any(a.startswith("bench_point_timeout=") for a in extra) and "launch_hardening=true" in extra
+    assert len(extra) > 100, extra                     # 2 per variable: more than 50 variables
+    rc, out = host.play(*extra)
+    assert rc == 0, out[-6000:]
+    assert "'>=' not supported" not in out and "Traceback" not in out
 
 
 def changed_tasks(out):

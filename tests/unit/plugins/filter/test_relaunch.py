@@ -28,6 +28,9 @@ def test_steps_follow_the_tags(run_tags, skip_tags, steps):
     (None, True, False, "there is no last known good plan"),
     ({"last_good_plan": {"layout": {}}, "last_good_differs": False}, True, False,
      "the last known good plan is the one that failed"),
+    ({"last_good_plan": {"layout": {}}, "last_good_differs": True, "server_stopped": False}, True, False,
+     "nothing was stopped: the server that ran still runs"),       # a launch call that failed before stopping
+    ({"last_good_plan": {"layout": {}}, "last_good_differs": True, "server_stopped": True}, True, False, ""),
     ({}, False, True, ""),                                   # the rollback itself failed: the caller says so
     # -e health_rollback=false and the like come as strings: Ansible's booleans
     ({"last_good_plan": {"layout": {}}, "last_good_differs": True}, "false", "False", "rollback is off (health_rollback=false)"),

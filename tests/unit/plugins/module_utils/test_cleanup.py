@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from ansible_collections.topolaunch.sglang.plugins.module_utils.cleanup import (DEFAULTS, CleanupError, _summary, classify, cleanup, in_unit_cgroup,
+from ansible_collections.topolaunch.sglang.plugins.module_utils.cleanup import (DEFAULTS, CleanupError, _summary, classify, cleanup, in_unit_cgroup, port_problem,
                                 stop_unit)
 import paths
 from cleanup_cases import GIB, OTHER, OURS, _alive, _opts, _wait_for, needs_root, nvml, procs, subreaper  # noqa: F401  pylint: disable=unused-import  (fixtures)
@@ -358,3 +358,48 @@ def test_the_real_gpu_check_passed_and_the_idle_threshold_fits_the_real_driver()
     idle = max(g["used_bytes"] for g in record["idle"].values())
     smallest = min(p["used_gpu_memory"] for g in record["busy"].values() for p in g["processes"])
     assert idle < DEFAULTS["memory_threshold_mib"] << 20 < smallest
+
+
+# ------------------------------------------------------------------ validate's port check (issue 29)
+def _tcp_table(proc, port, inode):
+    """A /proc/net/tcp of one socket listening on 127.0.0.1:`port` with `inode`, and no process holding it."""
+    (proc / "net").mkdir(parents=True)
+    (proc / "net" / "tcp").write_text(
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        "   0: 0100007F:%04X 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 %d 1\n"
+        % (port, inode))
+
+
+def test_a_port_listened_on_by_no_process_of_this_proc_is_a_problem(tmp_path):
+    _tcp_table(tmp_path / "proc", 30033, 424242)
+    why = port_problem(30033, "127.0.0.1", str(tmp_path / "proc"))
+    assert why.startswith("port 30033: something listens on it that no process this host's /proc shows holds"), why
+
+
+def test_a_port_held_by_a_process_here_is_left_to_the_cleanup():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        assert port_problem(s.getsockname()[1]) == ""        # ours or foreign: the cleanup decides, before stopping
+
+
+def test_a_port_that_answers_but_that_nothing_here_listens_on_is_a_problem(tmp_path):
+    (tmp_path / "proc").mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        why = port_problem(port, "127.0.0.1", str(tmp_path / "proc"))        # this "host" sees no listener
+        assert why == ("port %d on 127.0.0.1 answers, but nothing on this host listens on it (a forward, or a "
+                       "process in another network namespace): it is not our server" % port)
+        assert port_problem(port, "127.0.0.1", str(tmp_path / "proc"), probe=False) == ""
+
+
+def test_a_port_that_cannot_be_bound_is_a_problem(tmp_path):
+    (tmp_path / "proc").mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))                          # bound, not listening: nothing answers
+        port = s.getsockname()[1]
+        assert port_problem(port, "127.0.0.1", str(tmp_path / "proc")).startswith(
+            "port %d on 127.0.0.1 cannot be bound: " % port)
+    assert port_problem(port, "127.0.0.1", str(tmp_path / "proc")) == ""    # free again

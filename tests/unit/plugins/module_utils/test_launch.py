@@ -15,6 +15,7 @@ from ansible.plugins.filter.core import to_nice_json
 from ansible_collections.topolaunch.sglang.plugins.module_utils import launch as launch_mod
 from ansible_collections.topolaunch.sglang.plugins.module_utils import system as system_mod
 from ansible_collections.topolaunch.sglang.plugins.module_utils.launch import LaunchError, decide, env_values, launch, plan_text
+from ansible_collections.topolaunch.sglang.plugins.module_utils.launch import rollback_facts
 from launch_cases import API_KEY, ENV, HF_TOKEN, ME, OWNER, UNIT, host, opts, plan, Systemd  # noqa: F401  pylint: disable=unused-import  (fixtures)
 
 
@@ -592,3 +593,38 @@ def test_validate_says_when_a_kept_server_needs_no_launch_call(host):
     assert (res["replace"], res["enabled_as_wanted"]) == (False, True)
     assert call(host, sd, state="checked", enabled=False)["enabled_as_wanted"] is False
     assert call(host, sd, state="checked", enabled=None)["enabled_as_wanted"] is True
+
+
+def test_a_port_held_out_of_this_hosts_view_fails_validate_before_anything_is_stopped(host):
+    """Issue 29: a socket on the plan's port that no process of this /proc holds (a container sharing the network):
+    validate refuses, naming the port, and nothing is stopped (no systemctl verb runs)."""
+    proc = host / "proc"
+    (proc / "net").mkdir(parents=True)
+    (proc / "net" / "tcp").write_text(
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        "   0: 0100007F:%04X 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 4242 1\n"
+        % plan()["port"])
+    sd = Systemd(host, load="loaded", active="active")
+    with pytest.raises(LaunchError) as exc:
+        call(host, sd, state="checked", proc_root=str(proc))
+    assert "port %d: something listens on it that no process this host's /proc shows holds" % plan()["port"] \
+        in str(exc.value) and str(exc.value).endswith("plan another port (topolaunch_port); nothing was stopped.")
+    assert not [v for v in sd.verbs() if v in ("stop", "restart", "kill")]
+
+
+def test_a_failed_launch_call_carries_what_the_rollback_needs(host):
+    """Issue 29: the relaunch rolls back after a failed cleanup or start too, as after a failed health check; the
+    failure says which plan to go back to, whether it differs, and whether the old server was stopped at all."""
+    state = host / "state"
+    state.mkdir(exist_ok=True)
+    good = plan("tp4pp2")
+    (state / "last_good_plan.json").write_text(json.dumps(good))
+    failed = plan("tp8")
+    stopped = rollback_facts(str(state), failed, {"unit": {"stopped": True}, "stopped": []})    # the cleanup's
+    assert stopped == {"plan": failed, "last_good_plan": good, "last_good_differs": True, "server_stopped": True}
+    assert rollback_facts(str(state), failed, {"actions": ["daemon-reload", "restart (failed)"]})["server_stopped"]
+    assert rollback_facts(str(state), failed, {"cleanup": {"stopped": [{"pid": 7}]}})["server_stopped"]
+    refused = rollback_facts(str(state), good, {"unit": {"stopped": False}, "stopped": []})    # refused a foreigner
+    assert refused["server_stopped"] is False and refused["last_good_differs"] is False
+    (state / "last_good_plan.json").unlink()
+    assert rollback_facts(str(state), failed, {})["last_good_plan"] == {}

@@ -96,3 +96,43 @@ def test_failures_of_this_machine_only(vnuma):
                  "stage": "bench"}]   # a bench failure: it started
     selection = tune.tune_plan(request, failures=failures)[2]
     assert "tp4pp2" not in selection["measure"] and {"tp8ep8", "tp2pp4"} <= set(selection["measure"])
+
+
+@pytest.mark.parametrize("model", ["glm-5-nvfp4", "glm-4.7"])
+@pytest.mark.parametrize("workload", [LAB, {"input_len": 1024, "output_len": 1024, "concurrency": 128},
+                                      {"concurrency": 512}])
+def test_the_plans_advice_is_what_a_tune_measures(vnuma, model, workload):
+    """One rule: the auto plan's advice names exactly the layouts a tune then measures, and the runner-up it leaves
+    out with the tune's own reason (the field: the plan said "measure both", the tune "same as" and measured none)."""
+    request = planner.PlanRequest(topology=vnuma, model_path=model_path(model), workload=workload)
+    reason = planner.plan(request)["reason"]
+    _plan, _fit, selection = tune.tune_plan(request)
+    rows = {r["name"]: r for r in selection["rows"]}
+    runner = reason.split("runner-up ", 1)[1].split(" ", 1)[0]
+    if len(selection["chosen"]) > 1:
+        assert "could win, inside the model's error on the calibration set (20%%): %s: measure them (layout: tune" % (
+            ", ".join(selection["chosen"])) in reason, reason
+    else:
+        assert "no other layout could win" in reason, reason
+    if runner not in selection["chosen"]:
+        assert "lower, %s: %s)" % (rows[runner]["status"], rows[runner]["note"]) in reason, reason
+
+
+def test_the_advice_leaves_out_an_ep_twin_and_a_layout_that_cannot_win():
+    cands = [cand("tp8ep8", 1000.0), cand("tp8", 990.0), cand("tp4pp2", 700.0)]
+    first, second = cands[0], cands[1]
+    note = planner.margin_note(first, second, cands)
+    assert note.startswith("runner-up tp8 estimated 990 tok/s (1% lower, same as tp8ep8: an EP variant the model "
+                           "cannot tell from tp8ep8); no other layout could win"), note
+    assert tune.select(cands)["measure"] == ["tp8ep8"]
+    cands = [cand("tp8ep8", 1000.0), cand("tp4pp2", 900.0), cand("tp2pp4", 700.0)]
+    note = planner.margin_note(cands[0], cands[1], cands)
+    assert "(10% lower); the layouts that could win, inside the model's error on the calibration set (20%): " \
+           "tp8ep8, tp4pp2: measure them" in note, note
+
+
+def test_the_plan_line_of_a_tune_says_tune(vnuma):
+    request = planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), workload=LAB)
+    plan, _fit, _selection = tune.tune_plan(request)
+    assert planner.render_report(plan)[0].startswith("layout tp4pp2 (tune, model): ")
+    assert planner.render_report(planner.plan(request))[0].startswith("layout tp4pp2 (auto, model): ")

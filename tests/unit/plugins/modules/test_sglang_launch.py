@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from ansible_collections.topolaunch.sglang.plugins.module_utils import launch as launch_mod
 from ansible_collections.topolaunch.sglang.plugins.modules import sglang_launch
 from launch_cases import API_KEY, OWNER, UNIT, host, opts, Systemd  # noqa: F401  pylint: disable=unused-import  (fixtures)
 
@@ -15,6 +16,8 @@ def launch_module(run_module, monkeypatch):
 
     def run(args, sd, check_mode=False):
         monkeypatch.setattr(sglang_launch, "launch", functools.partial(sglang_launch.launch, run=sd.run, owner=OWNER))
+        monkeypatch.setitem(launch_mod.DEFAULTS, "port_probe", False)     # no real port looked at
+        monkeypatch.setitem(launch_mod.DEFAULTS, "proc_root", args["state_dir"] + "/no-proc")
         return run_module(sglang_launch, args, check_mode)[:2]
 
     return run
@@ -22,7 +25,7 @@ def launch_module(run_module, monkeypatch):
 
 def module_args(tmp, **kw):
     o = opts(tmp, **kw)
-    del o["enabled"]
+    del o["enabled"], o["proc_root"], o["port_probe"]      # not module options (launch_module sets them)
     return o
 
 
