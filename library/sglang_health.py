@@ -55,6 +55,11 @@ options:
     type: str
     choices: [start, serving, record]
     default: start
+  release_lock:
+    description: The relaunch lock file whose holder (taken by M(topolaunch.sglang.sglang_launch)
+      O(relaunch_lock)) this call ends once the server is ready or the check failed (a chunk that is still
+      waiting keeps it); unset = none.
+    type: path
   record:
     description: Record a verified plan as the last known good one in this call (mode start).
     type: bool
@@ -244,6 +249,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.topolaunch.sglang.plugins.module_utils.constants import (
     CURRENT_PLAN, LAST_GOOD_PLAN, STATE_DIR, UNIT_NAME, state_file)
 from ansible_collections.topolaunch.sglang.plugins.module_utils.health import HealthError, check, probe_settings
+from ansible_collections.topolaunch.sglang.plugins.module_utils.relaunch_lock import release
 
 ARGUMENT_SPEC = {
     "unit_name": {"type": "str", "default": UNIT_NAME, "aliases": ["unit"]},
@@ -253,6 +259,7 @@ ARGUMENT_SPEC = {
     "last_good_path": {"type": "path"},
     "mode": {"type": "str", "choices": ["start", "serving", "record"], "default": "start"},
     "record": {"type": "bool", "default": True},
+    "release_lock": {"type": "path"},
     "invocation_id": {"type": "str", "default": ""},
     "known_milestone": {"type": "str", "default": "started"},
     "chunk_seconds": {"type": "float", "default": 20},
@@ -288,7 +295,11 @@ def main():
                        prompt=p["prompt"], max_new_tokens=p["max_new_tokens"], mode=p["mode"], record=p["record"],
                        probe=probe)
     except HealthError as exc:
+        if p["release_lock"] and not module.check_mode:
+            release(p["release_lock"])
         module.fail_json(msg=str(exc), stage="health", **exc.result)
+    if p["release_lock"] and not module.check_mode and result.get("state") == "ready":
+        release(p["release_lock"])   # a chunk that is still waiting keeps it
     module.exit_json(changed=result.get("last_good_changed", False), stage="health", **result)
 
 

@@ -112,6 +112,22 @@ options:
   enabled:
     description: Start the unit at boot (null leaves it as it is).
     type: bool
+  relaunch_lock:
+    description:
+      - O(state=checked) - take the relaunch lock (an flock on O(relaunch_lock.path)) before validating, held by a
+        detached process until the health check releases it (M(topolaunch.sglang.sglang_health) O(release_lock))
+        or O(relaunch_lock.seconds) passed; the watchdog does nothing while it is held. Not in check mode. A
+        failed validate releases it.
+    type: dict
+    suboptions:
+      path:
+        description: The lock file.
+        type: path
+        required: true
+      seconds:
+        description: The longest the lock is held (a relaunch cut short frees it then).
+        type: float
+        required: true
   state:
     description: C(checked) validates and decides only (the validate stage); C(started) also writes and starts.
     type: str
@@ -231,6 +247,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.topolaunch.sglang.plugins.module_utils.cleanup import CleanupError, cleanup
 from ansible_collections.topolaunch.sglang.plugins.module_utils.launch import (
     DEFAULTS, LaunchError, config_values, env_values, launch, rollback_facts)
+from ansible_collections.topolaunch.sglang.plugins.module_utils.relaunch_lock import acquire, release
 from ansible_collections.topolaunch.sglang.plugins.module_utils.topology import TopologyError, import_nvml
 
 ARGUMENT_SPEC = {
@@ -255,6 +272,8 @@ ARGUMENT_SPEC = {
     "cleanup": {"type": "dict"},
     "enabled": {"type": "bool"},
     "state": {"type": "str", "choices": ["checked", "started"], "default": "checked"},
+    "relaunch_lock": {"type": "dict", "options": {"path": {"type": "path", "required": True},
+                                                  "seconds": {"type": "float", "required": True}}},
     "journal_lines": {"type": "int", "default": DEFAULTS["journal_lines"]},
     "secret_env_keys": {"type": "list", "elements": "str", "default": ["HF_TOKEN", "TOPOLAUNCH_API_KEY"],
                         "no_log": False},
@@ -287,9 +306,18 @@ def main():
             except nvml.NVMLError as exc:
                 module.fail_json(msg="NVML failed while cleaning GPUs %s: %s" % (options.get("gpu_indices"), exc),
                                  stage="cleanup")
+    lock = p.pop("relaunch_lock")
+    lock = lock if lock and p["state"] == "checked" and not module.check_mode else None
+    if lock:
+        try:
+            acquire(lock["path"], lock["seconds"])
+        except OSError as exc:
+            module.fail_json(msg="relaunch_lock: %s" % exc, stage="validate")
     try:
         result = launch(p, check_mode=module.check_mode, clean=clean)
     except LaunchError as exc:
+        if lock:
+            release(lock["path"])
         failure = {"stage": "validate" if p["state"] == "checked" else "launch"}
         failure.update(exc.result)
         if p["state"] == "started" and isinstance(p["plan"], dict) and p["plan"]:

@@ -296,12 +296,12 @@ def stop_server(unit, plan, plan_path, s, nvml, run, clock, sleep):
         raise CleanupError("nvidia-ml-py is not importable: the GPUs cannot be verified released")
     state = show(unit, ["ActiveState"], run, CleanupError).get("ActiveState")
     if state in ACTIVE:
-        run(["systemctl", "kill", "--kill-whom=main", "--signal=SIGTERM", unit])
+        run(["systemctl", "kill", "--kill-who=main", "--signal=SIGTERM", unit])
         deadline = clock() + s["term_timeout"]
         while clock() < deadline and show(unit, ["ActiveState"], run, CleanupError).get("ActiveState") in ACTIVE:
             sleep(0.5)
         if show(unit, ["ActiveState"], run, CleanupError).get("ActiveState") in ACTIVE:
-            run(["systemctl", "kill", "--kill-whom=all", "--signal=SIGKILL", unit])
+            run(["systemctl", "kill", "--kill-who=all", "--signal=SIGKILL", unit])
     return cleanup({"unit_name": unit, "stop_unit": True, "gpu_indices": list(plan.get("gpu_indices") or []),
                     "ports": [probe_address(plan)[1]], "current_plan_path": plan_path,
                     "service_user": s["service_user"], "term_timeout": s["term_timeout"],

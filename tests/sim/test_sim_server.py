@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -195,6 +196,31 @@ def test_die_after_requests_gives_a_partial_benchmark(lab):
     assert line["server_info"] is None and server.wait_exit() == -signal.SIGKILL
     assert "Successful requests:                     3" in res.stdout
     wait_for(lambda: not lab.registrations(), 10, "GPU memory to be released")
+
+
+def test_hang_after_requests_keeps_the_process_and_port_but_not_generation(lab):
+    """hang_after_requests:2: two answers, then generation and /health_generate hang (503 after
+    SGLANG_HEALTH_CHECK_TIMEOUT) while the launcher lives and the port stays open."""
+    server = lab.launch("--model-path", lab.model("llama-2-7b"), SGLANG_SIM_FAULT="hang_after_requests:2",
+                        SGLANG_HEALTH_CHECK_TIMEOUT="1").wait_ready()
+    body = {"text": "a b", "sampling_params": {"max_new_tokens": 2}}
+    assert [server.post("/generate", body)[0] for _ in range(2)] == [200, 200]
+    assert "hang_after_requests:2: 2 generation requests answered, the scheduler hangs now" in server.log()
+    with pytest.raises(OSError):  # socket.timeout / URLError: no answer
+        server.post("/generate", body, timeout=2)
+    t0 = time.monotonic()
+    assert server.get("/health_generate")[0] == 503 and time.monotonic() - t0 >= 1
+    assert server.get("/health")[0] == 503
+    assert server.proc.poll() is None and port_open(server.port)
+
+
+def test_hang_after_zero_requests_never_gets_ready(lab):
+    """hang_after_requests:0: the warmup hangs: the port opens, the ready line never comes, /health says starting."""
+    server = lab.launch("--model-path", lab.model("llama-2-7b"), SGLANG_SIM_FAULT="hang_after_requests:0")
+    wait_for(lambda: port_open(server.port), 20, "the port to open")
+    holds_for(lambda: server.proc.poll() is None and "ready to roll" not in server.log(), 2,
+              "the server stays up and never ready")
+    assert server.get("/health")[0] == 503 and server.get("/health_generate", timeout=5)[0] == 503
 
 
 # ------------------------------------------------------------------------------------------ endpoints

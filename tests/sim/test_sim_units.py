@@ -79,6 +79,10 @@ def test_faults_parse_and_refuse_typos():
         parse_faults("crash_during_lod")
     with pytest.raises(SimConfigError, match="positive count"):
         parse_faults("die_after_requests:x")
+    assert parse_faults("hang_after_requests:0") == {"hang_after_requests": 0}
+    assert parse_faults("hang_after_requests:3") == {"hang_after_requests": 3}
+    with pytest.raises(SimConfigError, match="hang_after_requests needs a count >= 0"):
+        parse_faults("hang_after_requests:-1")
 
 
 def test_a_fault_can_be_kept_for_one_layout():

@@ -37,7 +37,7 @@ logger = logging.getLogger("sglang.srt.entrypoints.engine")
 GIB = 1 << 30
 MIB = 1 << 20
 FAULTS = ("crash_during_load", "hang_during_load", "never_join", "ignore_sigterm", "orphan_schedulers",
-          "die_after_requests", "garbage_output")
+          "die_after_requests", "hang_after_requests", "garbage_output")
 LOAD_FAULTS = ("crash_during_load", "hang_during_load", "never_join")
 SCHEDULER_EXIT_TIMEOUT_SECS = 15  # 0.5.23 _SCHEDULER_EXIT_TIMEOUT_SECS (523:sglang/srt/managers/tokenizer_manager.py:456)
 
@@ -77,6 +77,11 @@ def parse_faults(raw, layout=None):
             if not arg.isdigit() or int(arg) < 1:
                 raise SimConfigError("SGLANG_SIM_FAULT: die_after_requests needs a positive count, as in "
                                      "die_after_requests:5, got %r" % item)
+            value = int(arg)
+        elif name == "hang_after_requests":
+            if not arg.isdigit():
+                raise SimConfigError("SGLANG_SIM_FAULT: hang_after_requests needs a count >= 0, as in "
+                                     "hang_after_requests:5 (0: from the start), got %r" % item)
             value = int(arg)
         elif arg:
             raise SimConfigError("SGLANG_SIM_FAULT: fault %r takes no argument, got %r" % (name, item))
@@ -472,8 +477,10 @@ class Launcher:
                 "tp_rank": p["tp_rank"], "pp_rank": p["pp_rank"], "dp_rank": p["dp_rank"] if replicas > 1 else None,
                 "moe_ep_rank": moe_ep_rank(p["tp_rank"], args.tp_size, args.ep_size, args.get("moe_dp_size") or 1),
                 "pid": pids.get(id(p), os.getpid())} for p in plans], scheduler_info["max_total_num_tokens"] * replicas)
-        if "die_after_requests" in self.faults:
-            st.after_generation = self.maybe_die
+        if "die_after_requests" in self.faults or "hang_after_requests" in self.faults:
+            st.after_generation = self.after_requests
+        if self.faults.get("hang_after_requests") == 0:
+            self.hang(0)
         if "garbage_output" in self.faults:
             st.answers.garbage = True
             logger.warning("simulator: SGLANG_SIM_FAULT=garbage_output: this server answers every prompt with "
@@ -624,6 +631,24 @@ class Launcher:
                     self.state.engine.stall()
                     return
             time.sleep(0.2)
+
+    def after_requests(self, count):
+        """A user generation request was answered (the count-th): the faults that wait for a count."""
+        if "hang_after_requests" in self.faults and count >= self.faults["hang_after_requests"]:
+            self.hang(count)
+        if "die_after_requests" in self.faults:
+            self.maybe_die(count)
+
+    def hang(self, count):
+        """SGLANG_SIM_FAULT=hang_after_requests:N: the scheduler stops producing output while every process lives
+        and the port stays open (a collective that never returns): generation requests wait forever, /health and
+        /health_generate answer 503 after SGLANG_HEALTH_CHECK_TIMEOUT; with N = 0 the warmup hangs, the ready line
+        never comes and /health answers 503 (starting), at every start."""
+        if self.state.engine.stalled:
+            return
+        logger.error("simulated fault SGLANG_SIM_FAULT=hang_after_requests:%d: %d generation requests answered, "
+                     "the scheduler hangs now (processes alive, port open)", self.faults["hang_after_requests"], count)
+        self.state.engine.stall()
 
     def maybe_die(self, count):
         limit = self.faults["die_after_requests"]

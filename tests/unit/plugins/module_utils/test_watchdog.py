@@ -175,7 +175,7 @@ class Systemd:
             props = argv[2].split("=", 1)[1].split(",")
             return 0, "".join("%s=%s\n" % (p, self.units[name].get(p, "")) for p in props), ""
         self.calls.append(argv)
-        if argv[:2] == ["systemctl", "kill"] and "--kill-whom=all" in argv:
+        if argv[:2] == ["systemctl", "kill"] and "--kill-who=all" in argv:
             self.units[argv[-1]]["ActiveState"] = "inactive"
         return 0, "", ""
 
@@ -214,7 +214,7 @@ def test_a_run_restarts_through_the_cleanup_then_gives_up(settings, monkeypatch)
     assert metrics(settings)["topolaunch_watchdog_consecutive_failures"] == 1
     assert [a for _, a, _ in watchdog.run_once(settings, **kw)] == ["restart"]
     # SIGTERM to the launcher, SIGKILL to the cgroup after term_timeout, cleanup of the unit's GPUs and port, start
-    assert ["systemctl", "kill", "--kill-whom=main", "--signal=SIGTERM", "topolaunch-sglang.service"] in systemd.calls
+    assert ["systemctl", "kill", "--kill-who=main", "--signal=SIGTERM", "topolaunch-sglang.service"] in systemd.calls
     assert ["systemctl", "start", "--no-block", "topolaunch-sglang.service"] in systemd.calls
     assert cleaned[0]["unit_name"] == "topolaunch-sglang.service" and cleaned[0]["stop_unit"] is True
     assert cleaned[0]["gpu_indices"] == [0, 1] and cleaned[0]["ports"] == [30000]

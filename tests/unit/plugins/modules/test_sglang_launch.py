@@ -87,3 +87,32 @@ def test_module_without_nvml_fails_at_cleanup_before_anything(host, launch_modul
     sd = Systemd(host)
     rc, out = launch_module(module_args(host, cleanup={"gpu_indices": [0]}), sd)
     assert rc == 1 and out["stage"] == "cleanup" and "pynvml" in out["msg"] and sd.verbs() == []
+
+
+def test_validate_takes_the_relaunch_lock_and_a_failed_validate_releases_it(host, launch_module, tmp_path,
+                                                                            monkeypatch):
+    from ansible_collections.topolaunch.sglang.plugins.module_utils import relaunch_lock
+    lock = str(tmp_path / "run" / "relaunch.lock")
+    sd = Systemd(host)
+    rc, out = launch_module(module_args(host, state="checked", relaunch_lock={"path": lock, "seconds": 60}), sd)
+    try:
+        assert rc == 0 and relaunch_lock.holder(lock) is not None   # held for the health step to release
+    finally:
+        relaunch_lock.release(lock)
+    rc, out = launch_module(module_args(host, state="checked", relaunch_lock={"path": lock, "seconds": 60}), sd,
+                            check_mode=True)
+    assert rc == 0 and relaunch_lock.holder(lock) is None           # check mode takes nothing
+
+    # a failed validate releases it at once (nothing changes on the host, nothing to protect)
+    holder_seen = []
+    real_launch = sglang_launch.launch
+
+    def refuse(*args, **kwargs):
+        holder_seen.append(relaunch_lock.holder(lock))
+        raise sglang_launch.LaunchError("the plan: refused")
+    monkeypatch.setattr(sglang_launch, "launch", refuse)
+    monkeypatch.setattr(functools, "partial", lambda *a, **k: refuse)
+    rc, out = launch_module(module_args(host, state="checked", relaunch_lock={"path": lock, "seconds": 60}), sd)
+    assert rc == 1 and out["msg"] == "the plan: refused" and holder_seen[0] is not None
+    assert relaunch_lock.holder(lock) is None
+    assert real_launch is not refuse
