@@ -12,10 +12,12 @@ import os
 
 import yaml
 
-# The variables that hold secrets: the shared API key, the Hugging Face token, and the roles' own names for them
+# The variables that hold secrets: the shared API key, the Hugging Face token, the Proxmox API token's secret and
+# root password, and the roles' own names for them
 # (every argument spec option marked no_log is here: tests/unit/plugins/filter/test_secrets.py).
 SECRET_VARS = ("topolaunch_api_key", "model_weights_hf_token", "launch_api_key", "launch_hf_token",
-               "health_api_key", "bench_api_key")
+               "health_api_key", "bench_api_key", "proxmox_api_token_secret", "proxmox_root_password",
+               "proxmox_vm_api_token_secret", "proxmox_vm_root_password")
 VARS_EXTENSIONS = ("", ".yml", ".yaml", ".json")     # Ansible's YAML_FILENAME_EXTENSIONS
 VAULT_HEADER = "$ANSIBLE_VAULT;"
 

@@ -103,6 +103,20 @@ def test_every_result_of_a_server_across_nodes_is_filed_under_its_cluster_finger
 # the module's dict option does not cast its members; the lab test that found it: tests/lab/test_lifecycle.py).
 RAW_KEYS = ("when", "that", "failed_when", "changed_when", "until")
 CAST = re.compile(r"\s*\|\s*(int|float|bool|string)\b|\s*~")
+DEFAULT = re.compile(r"\s*\|\s*default\(")
+
+
+def _past_defaults(after):
+    """`after` past any `| default(...)` (balanced parentheses): a cast may follow the defaults."""
+    while True:
+        m = DEFAULT.match(after)
+        if not m:
+            return after
+        depth, i = 1, m.end()
+        while i < len(after) and depth:
+            depth += {"(": 1, ")": -1}.get(after[i], 0)
+            i += 1
+        after = after[i:]
 SHARED_TYPED = {"int": int, "bool": bool}
 
 
@@ -151,7 +165,7 @@ def uncast_reads(names, root=ROOT):
         whole = expression.strip()
         for m in word.finditer(expression):
             before, after = expression[:m.start()], expression[m.end():]
-            if CAST.match(after) or re.search(r"~\s*$", before) or (whole == m.group(1) and not statement
+            if CAST.match(_past_defaults(after)) or re.search(r"~\s*$", before) or (whole == m.group(1) and not statement
                                                                     and whole_ok):
                 continue
             wrong.append("%s: %s in %r" % (where, m.group(1), re.sub(r"\s+", " ", whole)[:120]))
