@@ -17,5 +17,5 @@ HANG = ROOT / "lab" / "specs" / "proxmox-8x-rtx-pro-6000-p2p-hang.json"
 @pytest.fixture(scope="module")
 def hang_record():
     """The box whose pair 3-7 hangs with P2P: both passes (P2P on with the hang, P2P off for every pair)."""
-    return preflight.run_preflight(sys.executable, STANDIN, list(range(8)), settings={"step_timeout": 1.0},
+    return preflight.run_preflight(sys.executable, STANDIN, list(range(8)), settings={"step_timeout": 4.0},
                                    fingerprint="abcdef012345", env={"FAKE_NVML_SPEC": str(HANG)})
