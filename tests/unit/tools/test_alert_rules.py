@@ -1,16 +1,14 @@
 """tools/alert_rules.py (make rules): every alert has a test file that checks it both ways, and a rule that does not
 fire where its test says it must fails the run, through the real promtool of the pinned prometheus .deb."""
-import importlib.util
 import shutil
 
 import pytest
 import yaml
 
+import paths
 from paths import ROOT
 
-spec = importlib.util.spec_from_file_location("alert_rules", ROOT / "tools" / "alert_rules.py")
-alert_rules = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(alert_rules)
+alert_rules = paths.load_script(ROOT / "tools" / "alert_rules.py", "alert_rules")
 
 
 def write(path, doc):

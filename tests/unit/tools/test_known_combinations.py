@@ -1,6 +1,5 @@
 """tools/known_combinations.py: the committed facts equal what it reads from each pinned wheel, its readers find
 each fact in a small wheel (and report None where a release lacks it), and the README's table is the rules'."""
-import importlib.util
 import socket
 import zipfile
 
@@ -14,10 +13,7 @@ ROOT = paths.ROOT
 
 
 def _load_tool():
-    spec = importlib.util.spec_from_file_location("known_combinations_tool", ROOT / "tools" / "known_combinations.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return paths.load_script(ROOT / "tools" / "known_combinations.py", "known_combinations_tool")
 
 
 tool = _load_tool()

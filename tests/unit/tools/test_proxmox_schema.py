@@ -1,7 +1,6 @@
 """tools/proxmox_schema.py: the excerpt is built from Proxmox's sources (apidata.js, PCI.pm, Memory.pm, QemuServer.pm,
 CpuSet.pm) and the committed module_utils/topolaunch/proxmox_api_schema.py is what the tool renders; a refresh from
 git repositories of the same layout reproduces it."""
-import importlib.util
 import json
 import subprocess
 
@@ -11,9 +10,7 @@ import paths
 from ansible_collections.topolaunch.sglang.plugins.module_utils.proxmox_api_schema import SCHEMA
 
 ROOT = paths.ROOT
-spec = importlib.util.spec_from_file_location("proxmox_schema_tool", ROOT / "tools" / "proxmox_schema.py")
-tool = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(tool)
+tool = paths.load_script(ROOT / "tools" / "proxmox_schema.py", "proxmox_schema_tool")
 
 PCI_PM = r"""
 our $MAX_HOSTPCI_DEVICES = 16;

@@ -1,7 +1,6 @@
 """The committed SGLang facts tables equal what tools/sglang_facts.py extracts from each supported version's wheel,
 a few facts read by hand from each wheel's source text are what the tables say, and a source whose shape the
 extractor does not know stops it naming the fact."""
-import importlib.util
 import socket
 import zipfile
 
@@ -14,10 +13,7 @@ ROOT = paths.ROOT
 
 
 def _load(name, file):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / file)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return paths.load_script(ROOT / "tools" / file, name)
 
 
 tool = _load("sglang_facts_tool", "sglang_facts.py")

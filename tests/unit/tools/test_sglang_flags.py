@@ -18,10 +18,7 @@ ROOT = paths.ROOT
 
 
 def _load_tool():
-    spec = importlib.util.spec_from_file_location("sglang_flags_tool", ROOT / "tools" / "sglang_flags.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return paths.load_script(ROOT / "tools" / "sglang_flags.py", "sglang_flags_tool")
 
 
 tool = _load_tool()

@@ -2,7 +2,6 @@
 wheel; a few metrics read by hand from each wheel's source are what the tables say; the extractor's rules on a
 small wheel of its own."""
 import importlib
-import importlib.util
 import zipfile
 
 import pytest
@@ -13,10 +12,7 @@ ROOT = paths.ROOT
 
 
 def _load_tool():
-    spec = importlib.util.spec_from_file_location("sglang_metrics_tool", ROOT / "tools" / "sglang_metrics.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return paths.load_script(ROOT / "tools" / "sglang_metrics.py", "sglang_metrics_tool")
 
 
 tool = _load_tool()

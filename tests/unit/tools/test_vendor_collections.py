@@ -1,7 +1,6 @@
 """tools/vendor_collections.py: the pinned collections come out of the pinned ansible wheel (sha256 checked), each
 at its pinned version; a wrong hash, a wrong version or an unsafe path stops it."""
 import hashlib
-import importlib.util
 import json
 import zipfile
 
@@ -9,9 +8,7 @@ import pytest
 
 import paths
 
-spec = importlib.util.spec_from_file_location("vendor_collections_tool", paths.ROOT / "tools" / "vendor_collections.py")
-tool = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(tool)
+tool = paths.load_script(paths.ROOT / "tools" / "vendor_collections.py", "vendor_collections_tool")
 
 
 def fake_wheel(tmp_path, version="1.4.0", extra=None):

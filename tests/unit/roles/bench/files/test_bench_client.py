@@ -1,6 +1,5 @@
 """roles/bench/files/bench_client.py: the benchmark client gets the API key from a file, as OPENAI_API_KEY; the key
 never is on a command line, and what the client prints and writes reaches nobody with the key in it."""
-import importlib.util
 import json
 import os
 import subprocess
@@ -10,9 +9,7 @@ import paths
 ROOT = paths.ROOT
 WRAPPER = ROOT / "roles" / "bench" / "files" / "bench_client.py"
 KEY = 'sk-b3nch "k3y" \\ ünï'
-spec = importlib.util.spec_from_file_location("bench_client", WRAPPER)
-bench_client = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bench_client)
+bench_client = paths.load_script(WRAPPER, "bench_client")
 
 # A stand-in client: prints the key it got, writes it into its output file the way bench_serving copies
 # /server_info (JSON), and exits 3.

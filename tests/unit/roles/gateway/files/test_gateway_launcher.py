@@ -1,14 +1,11 @@
 """roles/gateway/files/gateway_launcher.py: the API key from the unit's credential, never on the command line.
 The script runs on the host with the gateway venv's python (smg); loaded here from its path without smg."""
-import importlib.util
 
 import pytest
 import paths
 
 SCRIPT = paths.ROOT / "roles" / "gateway" / "files" / "gateway_launcher.py"
-_spec = importlib.util.spec_from_file_location("gateway_launcher", SCRIPT)
-launcher = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(launcher)
+launcher = paths.load_script(SCRIPT, "gateway_launcher")
 
 
 def test_key_from_the_credential(tmp_path):

@@ -1,18 +1,16 @@
 """roles/monitoring/files/listeners.py: the TCP listeners of a host and who holds them, from a /proc tree (a fake
 one here, and this machine's own: a socket this test opens is found with its pid)."""
-import importlib.util
 import json
 import os
 import socket
 import subprocess
 import sys
 
+import paths
 from paths import ROOT
 
 SCRIPT = ROOT / "roles" / "monitoring" / "files" / "listeners.py"
-spec = importlib.util.spec_from_file_location("listeners", SCRIPT)
-listeners = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(listeners)
+listeners = paths.load_script(SCRIPT, "listeners")
 
 TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 0100007F:238C 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1111 1 0 100 0 0 10 0

@@ -4,7 +4,6 @@ The CPython versions per release are the sglang role's own table (defaults/main.
 the hosts are Debian 12 (python3 3.11), Ubuntu 22.04 (3.10; apt offers python3.11 in jammy-updates) and Ubuntu
 24.04 (3.12). The script is a role file run on the host with its python3, loaded here from its path.
 """
-import importlib.util
 import json
 import subprocess
 import sys
@@ -15,9 +14,7 @@ import paths
 
 ROOT = paths.ROOT
 SCRIPT = ROOT / "roles" / "sglang" / "files" / "sglang_python.py"
-_spec = importlib.util.spec_from_file_location("sglang_python", SCRIPT)
-sglang_python = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sglang_python)
+sglang_python = paths.load_script(SCRIPT, "sglang_python")
 
 TABLE = yaml.safe_load((ROOT / "roles" / "sglang" / "defaults" / "main.yml").read_text())["sglang_python_versions"]
 PY3 = "/usr/bin/python3"
