@@ -171,10 +171,9 @@ def monitoring_problems(monitoring_hosts, hostvars, groups):
         for ep in endpoints:
             there = str(_var(hostvars, ep["host"], "ansible_host", ep["host"]))
             if ipaddress.ip_address(ep["address"]).is_loopback and there != here:
+                field = "topolaunch_host" if ep["job"].startswith("sglang") else "monitoring_listen_address"
                 problems.append("%s of host %s listens on %s (%s), which Prometheus on %s cannot reach: give the host "
-                                "an address Prometheus reaches" % (ep["job"], ep["host"], ep["address"],
-                                                                  "topolaunch_host" if ep["job"].startswith("sglang")
-                                                                  else "monitoring_listen_address", host))
+                                "an address Prometheus reaches" % (ep["job"], ep["host"], ep["address"], field, host))
     return problems
 
 

@@ -18,10 +18,10 @@ def _series(line):
     if not line or line.startswith("#"):
         return None
     if "{" in line:
-        name, _, rest = line.partition("{")
+        name, _brace, rest = line.partition("{")
         rest = rest.rsplit("}", 1)[-1]
     else:
-        name, _, rest = line.partition(" ")
+        name, _space, rest = line.partition(" ")
     fields = rest.split()
     if not fields:
         return None

@@ -57,8 +57,8 @@ options:
     default: start
   release_lock:
     description: The relaunch lock file whose holder (taken by M(topolaunch.sglang.sglang_launch)
-      O(relaunch_lock)) this call ends once the server is ready or the check failed (a chunk that is still
-      waiting keeps it); unset = none.
+      O(topolaunch.sglang.sglang_launch#module:relaunch_lock)) this call ends once the server is ready or the check
+      failed (a chunk that is still waiting keeps it); unset = none.
     type: path
   record:
     description: Record a verified plan as the last known good one in this call (mode start).

@@ -115,9 +115,9 @@ options:
   relaunch_lock:
     description:
       - O(state=checked) - take the relaunch lock (an flock on O(relaunch_lock.path)) before validating, held by a
-        detached process until the health check releases it (M(topolaunch.sglang.sglang_health) O(release_lock))
-        or O(relaunch_lock.seconds) passed; the watchdog does nothing while it is held. Not in check mode. A
-        failed validate releases it.
+        detached process until the health check releases it
+        (O(topolaunch.sglang.sglang_health#module:release_lock)) or O(relaunch_lock.seconds) passed; the watchdog
+        does nothing while it is held. Not in check mode. A failed validate releases it.
     type: dict
     suboptions:
       path:

@@ -129,8 +129,8 @@ settings:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.topolaunch.sglang.plugins.module_utils.watchdog import DEFAULTS
-from ansible_collections.topolaunch.sglang.plugins.module_utils.watchdog_install import (DEFAULTS as INSTALL,
-                                                                                           InstallError, install)
+from ansible_collections.topolaunch.sglang.plugins.module_utils.watchdog_install import (
+    DEFAULTS as INSTALL, InstallError, install)
 
 SETTINGS = ("servers", "interval", "failures", "max_restarts", "load_timeout", "probe_timeout", "lock_file",
             "state_dir", "metrics_file", "service_user", "term_timeout", "kill_timeout", "release_timeout")

@@ -1,11 +1,15 @@
 """The Proxmox VM config the topology findings call for, from the host's own topology; the change against the VM's
 current config, key by key.
 
-| finding (topology_findings.py) | what the VM config gets |
-| --- | --- |
-| `vm-no-numa` | `numa: 1`; `sockets` = host sockets (NUMA nodes) holding the VM's GPUs, `cores` = vCPUs / sockets; one `numaN: cpus=..,hostnodes=H,memory=..,policy=bind` per such socket; `affinity` = those sockets' host CPUs; each GPU leaves its `hostpciN` and is attached in `args` as `vfio-pci` behind a `pcie-root-port` on a `pxb-pcie` expander bridge whose `numa_node` is its socket's guest node |
-| `p2p-chipset-not-supported` | the GPU clique in `args`: `x-nv-gpudirect-clique=0` on every GPU (`-set device.hostpciN...` for a GPU left as `hostpciN`, with an explicit `.0` function) |
-| (asked: `hugepages`) | `hugepages` |
+What the VM config gets, per finding (topology_findings.py):
+
+- `vm-no-numa`: `numa: 1`; `sockets` = host sockets (NUMA nodes) holding the VM's GPUs, `cores` = vCPUs / sockets;
+  one `numaN: cpus=..,hostnodes=H,memory=..,policy=bind` per such socket; `affinity` = those sockets' host CPUs;
+  each GPU leaves its `hostpciN` and is attached in `args` as `vfio-pci` behind a `pcie-root-port` on a `pxb-pcie`
+  expander bridge whose `numa_node` is its socket's guest node.
+- `p2p-chipset-not-supported`: the GPU clique in `args`: `x-nv-gpudirect-clique=0` on every GPU
+  (`-set device.hostpciN...` for a GPU left as `hostpciN`, with an explicit `.0` function).
+- asked (`hugepages`): `hugepages`.
 
 A remedy stays once applied: after the restart the guest no longer shows the finding, and the config topolaunch wrote
 (its `tl*` device ids, the clique property) keeps it computed, so a second run changes nothing. Every computed value
@@ -53,8 +57,8 @@ def gpu_args(address, index, bridge, clique=None):
     device = "vfio-pci,host=%s,id=%sgpu%d,bus=%srp%d" % (address, ID_PREFIX, index, ID_PREFIX, index)
     if clique is not None:
         device += "," + clique_property(clique)
-    return ["-device", "pcie-root-port,id=%srp%d,bus=%spxb%d,chassis=%d" % (ID_PREFIX, index, ID_PREFIX, bridge,
-                                                                             CHASSIS + index),
+    port = "pcie-root-port,id=%srp%d,bus=%spxb%d,chassis=%d" % (ID_PREFIX, index, ID_PREFIX, bridge, CHASSIS + index)
+    return ["-device", port,
             "-device", device]
 
 

@@ -48,7 +48,7 @@ def release(path):
         os.kill(held[0], signal.SIGTERM)
     except ProcessLookupError:
         return False
-    for _ in range(100):
+    for _attempt in range(100):
         if _starttime(held[0]) != held[1]:
             break
         time.sleep(0.02)
@@ -94,7 +94,7 @@ def acquire(path, seconds, wait=120.0):
     os.close(write_fd)
     try:
         os.waitpid(pid, 0)
-        ready, _, _ = select.select([read_fd], [], [], wait)
+        ready, _writable, _errors = select.select([read_fd], [], [], wait)
         got = os.read(read_fd, 16) if ready else b""
     finally:
         os.close(read_fd)

@@ -35,6 +35,7 @@ import json
 import os
 import re
 import socket
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -199,7 +200,7 @@ def decide(state, unit, probe_result, now, mono, s, lock_held):
         state.update(gave_up=True, failures=0)
         return "give_up", "%s (failure %d of %d); %d restarts in the last hour reach the limit %d: stopping the " \
             "server and leaving it down" % (detail, s["failures"], s["failures"], len(state["restarts"]),
-                                           s["max_restarts"])
+                                            s["max_restarts"])
     state["restarts"].append(now)
     state["restarts_total"] += 1
     state["failures"] = 0
@@ -308,7 +309,14 @@ def stop_server(unit, plan, plan_path, s, nvml, run, clock, sleep):
                     "kill_timeout": s["kill_timeout"], "release_timeout": s["release_timeout"]}, nvml)
 
 
-def run_once(settings, nvml=None, run=_run, opener=urllib.request.urlopen, log=print, clock=time.monotonic,
+def _say(line, stream=None):
+    """One line to the journal (stdout of the oneshot service; its <N> prefix is the priority)."""
+    stream = stream or sys.stdout
+    stream.write(line + "\n")
+    stream.flush()
+
+
+def run_once(settings, nvml=None, run=_run, opener=urllib.request.urlopen, log=_say, clock=time.monotonic,
              wall=time.time, sleep=time.sleep):
     """One watchdog run over every server; returns [(unit, action, message)]. Logs one line per server (a
     restart and a give-up at error priority, `<3>`: the journal's sd-daemon prefix)."""
@@ -355,17 +363,16 @@ def run_once(settings, nvml=None, run=_run, opener=urllib.request.urlopen, log=p
 def main(argv=None):
     """`python -m <package>.watchdog CONFIG.json`: what the timer's oneshot service runs (the tools python, for
     nvidia-ml-py). Exit 0 after a run (what it did is in the journal and the metrics file), 2 on bad settings."""
-    import sys
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: watchdog.py CONFIG.json", file=sys.stderr)
+        _say("usage: watchdog.py CONFIG.json", sys.stderr)
         return 2
     try:
         with open(argv[0], encoding="utf-8") as f:
             settings = json.load(f)
         check_settings(settings)
     except (OSError, ValueError, SettingsError) as err:
-        print("<3>topolaunch-watchdog: %s: %s" % (argv[0], err))
+        _say("<3>topolaunch-watchdog: %s: %s" % (argv[0], err))
         return 2
     try:
         import pynvml as nvml  # the tools venv's nvidia-ml-py: the cleanup verifies the GPUs are released

@@ -121,9 +121,9 @@ def install(opts, settings, check_mode=False, run=_run, owner=(0, 0)):
     files[timer] = (render_timer(o["name"], s), 0o644)
     changed = [path for path, (text, mode) in sorted(files.items()) if file_differs(path, text, mode, owner)]
     units_changed = service in changed or timer in changed
-    rc, out, _ = run(["systemctl", "is-enabled", o["name"] + ".timer"])
+    rc, out, _err = run(["systemctl", "is-enabled", o["name"] + ".timer"])
     enabled = rc == 0 and out.strip() == "enabled"
-    rc, out, _ = run(["systemctl", "is-active", o["name"] + ".timer"])
+    rc, out, _err = run(["systemctl", "is-active", o["name"] + ".timer"])
     active = rc == 0 and out.strip() == "active"
     result = {"changed": bool(changed) or not (enabled and active), "files": changed,
               "timer": o["name"] + ".timer", "settings": s}

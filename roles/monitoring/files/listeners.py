@@ -35,7 +35,7 @@ def listening_sockets(proc="/proc"):
             fields = line.split()
             if len(fields) < 10 or fields[3] != LISTEN:
                 continue
-            addr, _, port = fields[1].partition(":")
+            addr, _colon, port = fields[1].partition(":")
             out[fields[9]] = (parse_address(addr, family), int(port, 16))
     return out
 
