@@ -67,11 +67,12 @@ class Replica:
                  60, "replica %d ready" % self.index)
 
     def requests(self):
-        """The replica's own request counter (sglang:num_requests_total)."""
+        """The replica's own request counter (sglang:num_requests_total, summed over its label sets). A labelled
+        counter has no sample before its first request (prometheus_client, and so SGLang and the simulator): 0."""
         status, body = http("GET", self.url + "/metrics")[:2]
         assert status == 200
-        line = [l for l in body.decode().splitlines() if l.startswith("sglang:num_requests_total{")]
-        return float(line[0].rsplit(" ", 1)[1])
+        lines = [l for l in body.decode().splitlines() if l.startswith("sglang:num_requests_total{")]
+        return sum(float(l.rsplit(" ", 1)[1]) for l in lines)
 
     def kill(self):
         os.killpg(self.proc.pid, signal.SIGKILL)
