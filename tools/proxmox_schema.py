@@ -20,7 +20,8 @@ Sources (Proxmox's own git repositories, https://git.proxmox.com):
 import argparse
 import json
 import os
-import pprint
+import importlib.util
+import pathlib
 import re
 import subprocess
 import sys
@@ -207,11 +208,18 @@ def render(schema):
     src = schema["sources"]
     return ('"""The Proxmox VE API schema excerpt topolaunch validates VM config values against (PUT %s\n'
             'parameters, named formats, index limits, who may set each key), extracted by tools/proxmox_schema.py. Do not edit.\n\n'
-            'Sources: pve-docs %s (%s), qemu-server %s (%s), pve-common %s (%s).\n"""\n\nSCHEMA = %s\n'
+            'Sources: pve-docs %s (%s), qemu-server %s (%s), pve-common %s (%s).\n"""\n\n%s\n'
             % (ENDPOINT, src["pve-docs"]["version"], src["pve-docs"]["commit"][:12],
                src["qemu-server"]["version"], src["qemu-server"]["commit"][:12],
                src["pve-common"]["version"], src["pve-common"]["commit"][:12],
-               pprint.pformat(schema, width=116, sort_dicts=True)))
+               _pyliteral().literal("SCHEMA", schema, sort_dicts=True, width=116)))
+
+
+def _pyliteral():
+    spec = importlib.util.spec_from_file_location("pyliteral", pathlib.Path(__file__).resolve().parent / "pyliteral.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main(argv=None):

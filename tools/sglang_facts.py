@@ -34,7 +34,6 @@ import argparse
 import ast
 import importlib.util
 import pathlib
-import pprint
 import sys
 import zipfile
 
@@ -49,6 +48,16 @@ def _flags_tool():
 
 
 FLAGS_TOOL = _flags_tool()
+
+
+def _pyliteral():
+    spec = importlib.util.spec_from_file_location("pyliteral", ROOT / "tools" / "pyliteral.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+PYLITERAL = _pyliteral()
 WHEELS = FLAGS_TOOL.WHEELS
 
 
@@ -592,7 +601,7 @@ def render(facts):
            "Regenerate: tools/sglang_facts.py --all. tools/sglang_facts.py describes every key; each table names the",
            "source function it was read from.", '"""', ""]
     for key in ("VERSION", "MEMORY", "CUDA_GRAPH", "RUNNING", "PP", "SPARSE_ATTENTION_BACKENDS"):
-        out.append("%s = %s" % (key, pprint.pformat(facts[key], width=110, sort_dicts=False)))
+        out.append(PYLITERAL.literal(key, facts[key], sort_dicts=False))
         out.append("")
     return "\n".join(out)
 

@@ -4,81 +4,93 @@ Regenerate: tools/sglang_facts.py --all. tools/sglang_facts.py describes every k
 source function it was read from.
 """
 
-VERSION = '0.5.23'
+VERSION = (
+    '0.5.23'
+)
 
-MEMORY = {'source': 'sglang/srt/arg_groups/memory_hook.py:handle_gpu_memory_settings',
- 'brackets': [{'below_mib': 20480,
-               'chunked_prefill_size': 2048,
-               'cuda_graph_max_bs': 8,
-               'small_tp_below': None,
-               'small_tp_cuda_graph_max_bs': None},
-              {'below_mib': 35840,
-               'chunked_prefill_size': 4096,
-               'cuda_graph_max_bs': 160,
-               'small_tp_below': 4,
-               'small_tp_cuda_graph_max_bs': 48},
-              {'below_mib': 61440,
-               'chunked_prefill_size': 4096,
-               'cuda_graph_max_bs': 160,
-               'small_tp_below': 4,
-               'small_tp_cuda_graph_max_bs': 32},
-              {'below_mib': 92160,
-               'chunked_prefill_size': 8192,
-               'cuda_graph_max_bs': 512,
-               'small_tp_below': 4,
-               'small_tp_cuda_graph_max_bs': 256},
-              {'below_mib': 163840,
-               'chunked_prefill_size': 8192,
-               'cuda_graph_max_bs': 512,
-               'small_tp_below': 4,
-               'small_tp_cuda_graph_max_bs': 256},
-              {'below_mib': None,
-               'chunked_prefill_size': 16384,
-               'cuda_graph_max_bs': 512,
-               'small_tp_below': None,
-               'small_tp_cuda_graph_max_bs': None}],
- 'reserve': {'base_mib': 512,
-             'activation_min_tokens': 2048,
-             'activation_mib_per_token': 1.5,
-             'graph_mib_per_bs': 2,
-             'parallel_mib_per_gpu': 128.0,
-             'floor_mib': 10240,
-             'floor_above_mib': 61440,
-             'prefill_graph_mib_per_size': 8,
-             'prefill_graph_mla_mib': 1536.0,
-             'graph_reserve_when_disabled': False},
- 'speculative_reserve_mib': {}}
+MEMORY = (
+    {'source': 'sglang/srt/arg_groups/memory_hook.py:handle_gpu_memory_settings',
+     'brackets': [{'below_mib': 20480,
+                   'chunked_prefill_size': 2048,
+                   'cuda_graph_max_bs': 8,
+                   'small_tp_below': None,
+                   'small_tp_cuda_graph_max_bs': None},
+                  {'below_mib': 35840,
+                   'chunked_prefill_size': 4096,
+                   'cuda_graph_max_bs': 160,
+                   'small_tp_below': 4,
+                   'small_tp_cuda_graph_max_bs': 48},
+                  {'below_mib': 61440,
+                   'chunked_prefill_size': 4096,
+                   'cuda_graph_max_bs': 160,
+                   'small_tp_below': 4,
+                   'small_tp_cuda_graph_max_bs': 32},
+                  {'below_mib': 92160,
+                   'chunked_prefill_size': 8192,
+                   'cuda_graph_max_bs': 512,
+                   'small_tp_below': 4,
+                   'small_tp_cuda_graph_max_bs': 256},
+                  {'below_mib': 163840,
+                   'chunked_prefill_size': 8192,
+                   'cuda_graph_max_bs': 512,
+                   'small_tp_below': 4,
+                   'small_tp_cuda_graph_max_bs': 256},
+                  {'below_mib': None,
+                   'chunked_prefill_size': 16384,
+                   'cuda_graph_max_bs': 512,
+                   'small_tp_below': None,
+                   'small_tp_cuda_graph_max_bs': None}],
+     'reserve': {'base_mib': 512,
+                 'activation_min_tokens': 2048,
+                 'activation_mib_per_token': 1.5,
+                 'graph_mib_per_bs': 2,
+                 'parallel_mib_per_gpu': 128.0,
+                 'floor_mib': 10240,
+                 'floor_above_mib': 61440,
+                 'prefill_graph_mib_per_size': 8,
+                 'prefill_graph_mla_mib': 1536.0,
+                 'graph_reserve_when_disabled': False},
+     'speculative_reserve_mib': {}}
+)
 
-CUDA_GRAPH = {'source': 'sglang/srt/arg_groups/cuda_graph_hook.py:generate_decode_cuda_graph_batch_sizes',
- 'max_bs_arg': 'cuda_graph_max_bs_decode',
- 'bs_arg': 'cuda_graph_bs_decode',
- 'disable_args': ['disable_cuda_graph', 'disable_decode_cuda_graph'],
- 'capture_bs': {'explicit': [1, 2, 4, 8, 12],
-                'ranges': [[16, 257, 8], [272, 512, 16], [512, None, 32]],
-                'appends_max_bs': True},
- 'backend_arg': 'cuda_graph_backend_decode',
- 'prefill': {'default_on': True,
-             'capture_sizes': {'explicit': [],
-                               'ranges': [[4, 33, 4],
-                                          [48, 257, 16],
-                                          [288, 513, 32],
-                                          [576, 1025, 64],
-                                          [1280, 4097, 256],
-                                          [4608, None, 512]]},
-             'disable_args': ['disable_cuda_graph', 'disable_prefill_cuda_graph'],
-             'backend_arg': 'cuda_graph_backend_prefill'},
- 'max_bs_capped_by_max_running_requests': True}
+CUDA_GRAPH = (
+    {'source': 'sglang/srt/arg_groups/cuda_graph_hook.py:generate_decode_cuda_graph_batch_sizes',
+     'max_bs_arg': 'cuda_graph_max_bs_decode',
+     'bs_arg': 'cuda_graph_bs_decode',
+     'disable_args': ['disable_cuda_graph', 'disable_decode_cuda_graph'],
+     'capture_bs': {'explicit': [1, 2, 4, 8, 12],
+                    'ranges': [[16, 257, 8], [272, 512, 16], [512, None, 32]],
+                    'appends_max_bs': True},
+     'backend_arg': 'cuda_graph_backend_decode',
+     'prefill': {'default_on': True,
+                 'capture_sizes': {'explicit': [],
+                                   'ranges': [[4, 33, 4],
+                                              [48, 257, 16],
+                                              [288, 513, 32],
+                                              [576, 1025, 64],
+                                              [1280, 4097, 256],
+                                              [4608, None, 512]]},
+                 'disable_args': ['disable_cuda_graph', 'disable_prefill_cuda_graph'],
+                 'backend_arg': 'cuda_graph_backend_prefill'},
+     'max_bs_capped_by_max_running_requests': True}
+)
 
-RUNNING = {'source': 'sglang/srt/mem_cache/kv_cache_configurator.py:resolve_max_num_reqs',
- 'pool_per_context_len': 512,
- 'pool_min': 2048,
- 'pool_max': 4096,
- 'kv_tokens_divisor': 2,
- 'server_arg_capped_by_kv_tokens': True,
- 'server_arg_divided_by': 'attention_dp_size'}
+RUNNING = (
+    {'source': 'sglang/srt/mem_cache/kv_cache_configurator.py:resolve_max_num_reqs',
+     'pool_per_context_len': 512,
+     'pool_min': 2048,
+     'pool_max': 4096,
+     'kv_tokens_divisor': 2,
+     'server_arg_capped_by_kv_tokens': True,
+     'server_arg_divided_by': 'attention_dp_size'}
+)
 
-PP = {'source': 'sglang/srt/arg_groups/validation_hook.py:check_pipeline_parallel_compat',
- 'sets': {'disable_overlap_schedule': True, 'cuda_graph_backend_prefill': 'disabled'},
- 'refuses': ['enable_multi_layer_eagle', 'min_free_slots_delay', 'speculative_algorithm']}
+PP = (
+    {'source': 'sglang/srt/arg_groups/validation_hook.py:check_pipeline_parallel_compat',
+     'sets': {'disable_overlap_schedule': True, 'cuda_graph_backend_prefill': 'disabled'},
+     'refuses': ['enable_multi_layer_eagle', 'min_free_slots_delay', 'speculative_algorithm']}
+)
 
-SPARSE_ATTENTION_BACKENDS = ['dsa_decode_backend', 'dsa_prefill_backend']
+SPARSE_ATTENTION_BACKENDS = (
+    ['dsa_decode_backend', 'dsa_prefill_backend']
+)

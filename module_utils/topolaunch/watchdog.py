@@ -145,11 +145,15 @@ def probe_address(plan):
     return host, int(plan.get("port") or 30000)
 
 
-def probe(host, port, timeout, opener=urllib.request.urlopen):
+# What opens the probe's URL: urllib's default opener (proxies from the environment, as the module's own calls).
+_OPENER = urllib.request.build_opener()
+
+
+def probe(host, port, timeout, opener=None):
     """(passed, detail) of one GET /health_generate."""
     url = "http://%s:%d%s" % ("[%s]" % host if ":" in host else host, port, PROBE_PATH)
     try:
-        with opener(url, timeout=timeout) as resp:
+        with (opener or _OPENER.open)(url, timeout=timeout) as resp:
             status = resp.status
     except urllib.error.HTTPError as err:
         status = err.code
@@ -316,7 +320,7 @@ def _say(line, stream=None):
     stream.flush()
 
 
-def run_once(settings, nvml=None, run=_run, opener=urllib.request.urlopen, log=_say, clock=time.monotonic,
+def run_once(settings, nvml=None, run=_run, opener=None, log=_say, clock=time.monotonic,
              wall=time.time, sleep=time.sleep):
     """One watchdog run over every server; returns [(unit, action, message)]. Logs one line per server (a
     restart and a give-up at error priority, `<3>`: the journal's sd-daemon prefix)."""
