@@ -20,7 +20,6 @@ Sources (Proxmox's own git repositories, https://git.proxmox.com):
 import argparse
 import json
 import os
-import pathlib
 import re
 import subprocess
 import sys
