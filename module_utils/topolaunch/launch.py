@@ -412,7 +412,38 @@ def _file_problems(o):
                                 "launch_extra_env, a path or a secret?)" % (what, number, key, bad))
             elif shape and line.strip() and not line.startswith("#") and not shape.match(line):
                 problems.append("%s line %d (%s) is not %s" % (what, number, key, words))
+            elif what == "server config file" and shape.match(line):
+                problem = config_value_problem(line)
+                if problem:
+                    problems.append("%s line %d (%s, from %s): %s" % (
+                        what, number, key, CONFIG_SOURCES.get(key, "the launch role"), problem))
     return problems
+
+
+# Where each key of the server config file comes from (the templates write only these).
+CONFIG_SOURCES = {"api-key": "topolaunch_api_key"}
+
+
+def config_value_problem(line):
+    """Why SGLang cannot take a `key: "JSON string"` line of its --config file, or None. SGLang 0.5.9 and 0.5.23
+    read the file with yaml.safe_load and put each value into argv after `--key` (utils/server_args_config_parser.py,
+    _convert_config_to_args): a value beginning with '-' then reads as a flag (argparse: "expected one argument",
+    exit 2); and the file is opened in the locale's encoding, so only printable ASCII is certain to load. The value
+    itself is never quoted (it is a secret)."""
+    try:
+        value = json.loads(line.partition(": ")[2])
+    except ValueError:
+        return "the value is not a JSON string"
+    if not isinstance(value, str) or not value:
+        return "the value is empty"
+    if value.startswith("-"):
+        return "the value begins with '-', which SGLang's argument parser takes for a flag (the server would exit " \
+               "at start): choose one that does not"
+    odd = sum(1 for c in value if not 0x20 <= ord(c) <= 0x7e)
+    if odd:
+        return "the value has %d character(s) outside printable ASCII, which SGLang's config file reader may not " \
+               "load: use letters, digits and punctuation" % odd
+    return None
 
 
 def verify_unit(name, content, run=_run):

@@ -93,6 +93,10 @@ MANAGED = {
                            "model (use layout dp for independent replicas)",
     "attn_dp_size": "nothing: DP attention maps DP ranks onto the TP group, which this planner does not "
                     "model (use layout dp for independent replicas)",
+    # SGLang takes one --config file ("Multiple config files specified!" for a second); the launch writes its own
+    # (the API key goes there), and a file of the operator's would set flags the planner refuses (base_gpu_id, ...).
+    "config": "each flag as its own key of topolaunch_server_args: the launch writes the server's --config file "
+              "itself",
 }
 SECRETS = ("api_key", "admin_api_key", "ssl_keyfile_password")
 METRICS_FLAG = "--enable-metrics"

@@ -393,6 +393,13 @@ def test_an_env_file_line_broken_by_a_value_fails(host):
     ("unit_content", "[Service]\nExecStart=/x\r\n", "unit file line 2 (ExecStart) contains a control character ('\\r')"),
     ("config_content", 'api-key: "sk-v3ry-s3cr3t\x1f"\n', "server config file line 1 (api-key) contains a control character"),
     ("config_content", "api-key: sk-v3ry-s3cr3t\n", 'server config file line 1 (api-key) is not key: "value"'),
+    # issue 25 item 3: keys SGLang cannot read (it puts the value after --api-key in argv; it reads the file in the
+    # locale's encoding): refused naming topolaunch_api_key before cleanup could stop the working server
+    ("config_content", 'api-key: "--host=0.0.0.0"\n', "server config file line 1 (api-key, from topolaunch_api_key): "
+     "the value begins with '-', which SGLang's argument parser takes for a flag"),
+    ("config_content", 'api-key: "-k3y"\n', "(api-key, from topolaunch_api_key): the value begins with '-'"),
+    ("config_content", 'api-key: "s\u00e9cr\u00e8t"\n', "(api-key, from topolaunch_api_key): the value has 2 "
+     "character(s) outside printable ASCII"),
 ])
 @pytest.mark.parametrize("state", ["checked", "started"])
 def test_a_control_character_in_a_rendered_file_fails_before_anything(host, field, content, words, state):
@@ -403,7 +410,7 @@ def test_a_control_character_in_a_rendered_file_fails_before_anything(host, fiel
         call(host, sd, state=state, **{field: content})
     msg = str(exc.value)
     assert msg.startswith("Cannot launch: ") and words in msg and msg.endswith("nothing was stopped."), msg
-    assert "s3cr3t" not in msg and "hf_x" not in msg
+    assert "s3cr3t" not in msg and "hf_x" not in msg and "0.0.0.0" not in msg and "k3y" not in msg
     assert sd.calls == [] and not (host / "state").exists() and not (host / "etc").exists()
 
 
