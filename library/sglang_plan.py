@@ -87,6 +87,18 @@ options:
         reports). false leaves both out.
     type: bool
     default: true
+  api_key_set:
+    description:
+      - Whether the server will enforce an API key (topolaunch_api_key is set); the key itself never reaches the
+        planner. With O(host) 0.0.0.0 or :: and no key the plan is refused unless O(listen_without_api_key).
+    type: bool
+    default: false
+  listen_without_api_key:
+    description:
+      - The inventory's explicit opt-in to listening on every address without an API key
+        (topolaunch_listen_without_api_key); the plan then says so in a warning.
+    type: bool
+    default: false
   nnodes:
     description: Number of nodes.
     type: int
@@ -334,6 +346,8 @@ ARGUMENT_SPEC = {
     "port": {"type": "int", "default": 30000},
     "served_model_name": {"type": "str"},
     "metrics": {"type": "bool", "default": True},
+    "api_key_set": {"type": "bool", "default": False},
+    "listen_without_api_key": {"type": "bool", "default": False},
     "nnodes": {"type": "int", "default": 1},
     "node_rank": {"type": "int", "default": 0},
     "dist_init_addr": {"type": "str"},

@@ -893,7 +893,9 @@ class PlanRequest:
     wrote for this host's topology (nccl_topo.written_for), set as NCCL_TOPO_FILE. fits: machine fits
     (plan_fit.py); the one of this model and topology replaces plan_perf's efficiency constants in the estimates.
     metrics: SGLang's Prometheus metrics on (plan_args.metrics_argv: --enable-metrics, and for TP > 1
-    --enable-metrics-for-all-schedulers where the release has it).
+    --enable-metrics-for-all-schedulers where the release has it). api_key_set: an API key will be enforced
+    (topolaunch_api_key is set); listen_without_api_key: the inventory's explicit opt-in to listening on every
+    address without one (exposure_problem).
     """
 
     FIELDS = {"topology": None, "node_topologies": None, "model": None, "model_path": None, "layout": "auto",
@@ -901,7 +903,7 @@ class PlanRequest:
               "served_model_name": None, "nnodes": 1, "node_rank": 0, "dist_init_addr": None, "measured": None,
               "gpus": None, "pp_layer_partition": None, "workload": None, "preflight": None,
               "nccl_topo_file": None, "fits": None, "allow_cross_node_tp": False, "node_servers": None,
-              "metrics": True}
+              "metrics": True, "api_key_set": False, "listen_without_api_key": False}
 
     def __init__(self, **fields):
         unknown = sorted(set(fields) - set(self.FIELDS))
@@ -910,6 +912,22 @@ class PlanRequest:
                              % (", ".join(unknown), ", ".join(sorted(self.FIELDS)))])
         for name, default in self.FIELDS.items():
             setattr(self, name, fields.get(name, default))
+
+
+WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]", "*")
+
+
+def exposure_problem(host, api_key_set, allowed):
+    """Issue 25 item 2: a server listening on every address (0.0.0.0, ::) with no API key serves anyone who can
+    reach the box. The reason (or, with the inventory's opt-in, the warning the plan shows), or None."""
+    if not isinstance(host, str) or host.strip() not in WILDCARD_HOSTS or api_key_set is True:
+        return None
+    if allowed is True:
+        return ("host %s listens on every address without an API key: anyone who reaches this box's port can use "
+                "the server (topolaunch_listen_without_api_key is true)" % host.strip())
+    return ("host %s (topolaunch_host) listens on every address without an API key: set topolaunch_api_key "
+            "(ansible-vault), listen on 127.0.0.1 behind a proxy, or set topolaunch_listen_without_api_key: true to "
+            "serve everyone who reaches the port" % host.strip())
 
 
 def plan(request):
@@ -1034,6 +1052,9 @@ def _prepare(request):
         reasons.append("metrics (topolaunch_metrics) must be true or false, got %r" % (r.metrics,))
     if not isinstance(host, str) or not host.strip():
         reasons.append("host must be a non-empty string, got %r" % (host,))
+    exposure = exposure_problem(host, r.api_key_set, r.listen_without_api_key)
+    if exposure:
+        (warnings if r.listen_without_api_key is True else reasons).append(exposure)
     served = served_model_name or (facts["name"] if facts else None) or \
         (os.path.basename(str(model_path).rstrip("/")) if model_path else None)
     if served is not None and ":" in str(served):

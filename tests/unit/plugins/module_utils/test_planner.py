@@ -288,10 +288,11 @@ def test_flashinfer_all_to_all_with_pp_is_warned(vnuma):
 def test_plan_takes_one_request_object(vnuma):
     with pytest.raises(planner.PlanError) as exc:
         planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layot="tp8")
-    assert exc.value.reasons == ["unknown plan request field(s) layot (known: allow_cross_node_tp, dist_init_addr, "
-                                 "fits, gpus, host, layout, measured, metrics, model, model_path, nccl_topo_file, "
-                                 "nnodes, node_rank, node_servers, node_topologies, port, pp_layer_partition, preflight, "
-                                 "served_model_name, server_args, sglang_version, topology, workload)"]
+    assert exc.value.reasons == ["unknown plan request field(s) layot (known: allow_cross_node_tp, api_key_set, "
+                                 "dist_init_addr, fits, gpus, host, layout, listen_without_api_key, measured, "
+                                 "metrics, model, model_path, nccl_topo_file, nnodes, node_rank, node_servers, "
+                                 "node_topologies, port, pp_layer_partition, preflight, served_model_name, "
+                                 "server_args, sglang_version, topology, workload)"]
     with pytest.raises(planner.PlanError, match="plan\\(\\) takes a PlanRequest, got dict"):
         planner.plan({"topology": vnuma})
     request = planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8")
@@ -453,3 +454,20 @@ def test_what_pp_refuses_is_the_versions(vnuma):
 ])
 def test_a_bad_decode_graph_size_is_named_in_the_versions_field(vnuma, version, args, reason):
     assert reason in refused(vnuma, "tp8", sglang_version=version, server_args=args)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", " 0.0.0.0 "])
+def test_listening_everywhere_without_an_api_key_is_refused_unless_asked_for(vnuma, host):
+    """Issue 25 item 2: 0.0.0.0 or :: without an API key served anyone who reached the port, silently."""
+    reasons = refused(vnuma, "tp8", host=host)
+    assert any(r.startswith("host %s (topolaunch_host) listens on every address without an API key: set "
+                            "topolaunch_api_key" % host.strip()) for r in reasons), reasons
+    kept = planner.plan(planner.PlanRequest(topology=vnuma, layout="tp8", model_path=model_path("glm-5-nvfp4"),
+                                            host=host, listen_without_api_key=True))
+    assert any("listens on every address without an API key" in w and "topolaunch_listen_without_api_key is true"
+               in w for w in kept["warnings"]), kept["warnings"]
+    keyed = planner.plan(planner.PlanRequest(topology=vnuma, layout="tp8", model_path=model_path("glm-5-nvfp4"),
+                                             host=host, api_key_set=True))
+    assert not any("every address" in w for w in keyed["warnings"])
+    loopback = planner.plan(planner.PlanRequest(topology=vnuma, layout="tp8", model_path=model_path("glm-5-nvfp4")))
+    assert not any("every address" in w for w in loopback["warnings"])
