@@ -195,3 +195,34 @@ def test_a_second_run_and_check_mode_change_nothing(host, good_tp8):
         assert "Leaving the server running: the same plan already runs" in out
         assert "up for " in out and "s, not restarted" in out
         assert "is already measured at this workload" in out
+
+
+def test_two_relaunches_at_once_the_second_waits_then_fails_naming_the_first(host, good_tp8):
+    """Issue 25 item 6: two `--tags relaunch` runs at once interleaved (the second's restart failed the first's
+    health, which rolled back on top of it). The first run holds the relaunch lock from validate to the end of
+    health; the second waits launch_relaunch_lock_wait seconds, fails naming the holder, and stops nothing: the
+    first run's server comes up and stays (the same main pid), serving."""
+    slow = json.dumps({"launch_extra_env": {"SGLANG_SIM_LOAD_SECONDS": "20", "SGLANG_SIM_CAPTURE_SECONDS": "0",
+                                            "SGLANG_SIM_DRAIN_POLL_SECONDS": "0.2"}})
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    first = subprocess.Popen([str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(host.inventory),
+                              "deploy.yml", "--tags", "relaunch", "-e", "layout=tp4pp2", "-e", slow],
+                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        # the first run is past its validate once the unit is (re)starting with its plan: a condition, with a deadline
+        host.ssh("timeout 120 sh -c 'until grep -q tp4pp2 /var/lib/topolaunch/current_plan.json 2>/dev/null && "
+                 "[ -s /run/topolaunch/relaunch.lock ]; do sleep 0.2; done'")
+        rc, out = host.relaunch("-e", "layout=tp8", "-e", "launch_relaunch_lock_wait=2")
+        first_out, _ = first.communicate(timeout=600)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert rc != 0 and "relaunch_lock: the relaunch lock /run/topolaunch/relaunch.lock was not had within 2s: another " \
+        "run holds it (pid " in out, out[-4000:]
+    assert 'for play "Relaunch' in out and "nothing was stopped" in out and "TASK [topolaunch.sglang.cleanup" not in out
+    assert first.returncode == 0, first_out[-4000:]
+    assert "serves" in first_out and "(tp4pp2 on GPUs" in first_out
+    plan = host.plan()
+    assert plan["layout"]["name"] == "tp4pp2" and host.healthy(plan["port"])
+    rc, out = host.relaunch("-e", "layout=tp8")
+    assert rc == 0, out[-4000:]
