@@ -661,6 +661,8 @@ def measured_records(runs, model=None, fingerprint=None):
                     "model": m, "topology_fingerprint": fp, "layout": layout, "max_concurrency": c,
                     "output_throughput": p["output_throughput"], "total_throughput": p["total_throughput"],
                     "ttft_p99_ms": p["ttft_p99_ms"], "itl_p99_ms": p["itl_p99_ms"],
+                    "ttft_p50_ms": p.get("ttft_p50_ms"), "tpot_p50_ms": p.get("tpot_p50_ms"),
+                    "tpot_p99_ms": p.get("tpot_p99_ms"),
                     "input_len": workload[0], "output_len": workload[1], "num_prompts": p["num_prompts"],
                     "run_id": p["run_id"], "simulated": p["simulated"], "source": "measured",
                 })
