@@ -508,3 +508,17 @@ def estimate_at_slo(model, layout, stages, links, gpu, workload, kv_tokens, sett
     best["slo"] = {"met": True, "reason": "concurrency %d is the highest that meets the SLO (at %d: predicted %s)"
                    % (low, high, ", ".join(high_misses))}
     return best
+
+
+def interactivity_curve(inputs, top):
+    """[[concurrency, output tok/s, output tok/s per user]] of one layout at 1, 4, 16, ... up to `top` requests in
+    flight (and at top): throughput against the speed each user sees, the curve an SLO on TPOT cuts."""
+    points = sorted({min(top, 4 ** k) for k in range(8) if 4 ** k <= top} | {top})
+    out = []
+    for conc in points:
+        est = estimate(inputs["model"], inputs["layout"], inputs["stages"], inputs["links"], inputs["gpu"],
+                       inputs["workload"], inputs["kv_tokens"], inputs["settings"], inputs["shape"],
+                       inputs.get("eff"), conc)
+        if est["tokens_per_s"]:
+            out.append([conc, est["tokens_per_s"], est["tokens_per_user"]])
+    return out

@@ -72,7 +72,7 @@ from . import (constants, known_combinations, model_config, plan_nodes, plan_per
 from .constants import base_version
 from .plan_args import FlagIndex, PLANNER_FLAGS, check_server_args, metrics_argv, supported_versions, text_problem
 from .plan_score import (MAX_IN_FLIGHT, SATURATING, Links, Shape, check_workload, estimate, estimate_at_slo, gemm_peak,
-                         measured_slo_misses, stage_time)
+                         interactivity_curve, measured_slo_misses, stage_time)
 from .plan_topology import NodeTopology, nccl_env
 
 GIB = 1 << 30
@@ -81,6 +81,8 @@ CUDA_CONTEXT_BYTES = 1 * GIB
 MIN_KV_TOKENS = 4096
 A2A_BACKENDS = ("deepep", "mooncake", "mori", "ascend_fuseep", "flashinfer")
 KV_DTYPE_BYTES = {"fp8_e5m2": 1, "fp8_e4m3": 1, "bf16": 2, "bfloat16": 2, "fp4_e2m1": 0.5625}
+# Layouts (best first) whose interactivity curve (plan_score.interactivity_curve) the plan gives, besides measured ones
+CURVE_LAYOUTS = 4
 MEASURE_HINT = "layout: tune or playbooks/sweep.yml measures them on this machine; measured results then decide"
 
 _LAYOUT_PART = re.compile(r"(tp|pp|dp|ep)(\d+)")
@@ -617,7 +619,7 @@ def _estimate(ctx, c, partition, memory, defaults, links):
                                                    concurrency=result["concurrency"])["tokens_per_s"]
     result["inputs"] = {"model": ctx.model, "layout": c, "stages": stages, "links": links, "gpu": ctx.gpu,
                         "workload": ctx.workload, "kv_tokens": memory["kv_tokens"], "settings": settings,
-                        "shape": ctx.shape}
+                        "shape": ctx.shape, "eff": ctx.eff}
     return result
 
 
@@ -958,6 +960,12 @@ def plan(request):
     measured_best = _measured_by_layout(request.measured, model_names, {fingerprint}, ctx.workload, reasons,
                                         p["warnings"], saturating)
     candidates = rank(candidates, measured_best)
+    # the interactivity curve of the layouts a tune or a report looks at: the top ones and the measured ones
+    top = [c for c in candidates if c["valid"] and c.get("estimate")]
+    for c in top[:CURVE_LAYOUTS] + [c for c in top[CURVE_LAYOUTS:] if c.get("measured")]:
+        workload_top = ctx.workload["concurrency"] if ctx.workload["concurrency"] != SATURATING else 0
+        c["estimate"]["curve"] = interactivity_curve(c["estimate"]["inputs"],
+                                                     max(workload_top, c["estimate"]["concurrency"]))
     if ctx.workload.get("slo") and not any(c["valid"] and not slo_missed(c) for c in candidates):
         p["warnings"].append("no valid layout meets the SLO %s; the plan is the fastest of those that miss it"
                              % describe_slo(ctx.workload["slo"]))
