@@ -133,3 +133,20 @@ def test_saturating_measurements_count_from_the_layouts_saturating_concurrency(v
     assert plan(vnuma, {"concurrency": "max"}, measured=short)["source"] == "model"
     full = [dict(measured(name, need, 5000.0), topology_fingerprint=fp)]
     assert plan(vnuma, {"concurrency": "max"}, measured=full)["source"] == "measured"
+
+
+# The lab's SLO tune (tests/lab/test_tune.py test_a_tune_with_an_slo_ends_on_the_fastest_layout_that_meets_it):
+# the lab workload at concurrency 32 with these targets.
+LAB_SLO = {"input_len": 64, "output_len": 16, "concurrency": 32, "slo": {"ttft_ms": 400, "tpot_ms": 60}}
+
+
+def test_the_lab_slo_tune_plans_its_two_layouts_far_apart(tmp_path):
+    """What the lab's SLO tune relies on: on the field box glm-5-nvfp4 tp4pp2 is planned near the workload's 32
+    requests and tp1pp8 (slow prompts through 8 stages) at 3 or fewer, so that tp4pp2 measures the faster one even
+    when the simulator's speed knob makes it miss the TPOT target and tp1pp8 meet both."""
+    facts = synth_facts("proxmox-8x-rtx-pro-6000-vnuma", tmp_path)
+    result = planner.plan(planner.PlanRequest(topology=facts, model_path=model_path("glm-5-nvfp4"), workload=LAB_SLO,
+                                              sglang_version="0.5.23"))
+    planned = {c["name"]: c["estimate"] for c in result["candidates"] if c["valid"]}
+    assert planned["tp4pp2"]["concurrency"] >= 16 and planned["tp4pp2"]["slo"]["met"]
+    assert planned["tp1pp8"]["concurrency"] <= 3
