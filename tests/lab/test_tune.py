@@ -174,7 +174,7 @@ def test_every_candidate_failing_relaunches_the_last_good_plan_and_fails(first, 
 # (tests/unit/plugins/module_utils/test_plan_objective.py pins it); the simulator slows tp4pp2 until its median TPOT
 # is ~2x the target while it still serves the most tokens, and speeds tp1pp8 until it meets both targets.
 SLO_WORKLOAD = {"input_len": 64, "output_len": 16, "concurrency": 32, "slo": {"ttft_ms": 400, "tpot_ms": 60}}
-SLO_SPEED, SLO_FAST, SLO_MEETS = "tp4pp2=0.08,tp1pp8=0.4", "tp4pp2", "tp1pp8"
+SLO_SPEED, SLO_FAST, SLO_MEETS = "tp4pp2=0.1,tp1pp8=0.7", "tp4pp2", "tp1pp8"
 
 
 def test_a_tune_with_an_slo_ends_on_the_fastest_layout_that_meets_it(lab_host, tmp_path):
