@@ -40,8 +40,8 @@ def slo_verdict(point, slo):
     """One line: whether a measured point (results: ttft_p99_ms, tpot_p50_ms, ...) met the SLO (the plan's
     workload.slo, percentiles filled in), judged on the SLO's percentiles as the planner judges it."""
     misses = measured_slo_misses(slo, point)
-    return "concurrency %s: SLO %s %s" % (point.get("max_concurrency"), describe_slo(slo),
-                                         "missed: " + ", ".join(misses) if misses else "met")
+    verdict = "missed: " + ", ".join(misses) if misses else "met"
+    return "concurrency %s: SLO %s %s" % (point.get("max_concurrency"), describe_slo(slo), verdict)
 
 
 class FilterModule:
