@@ -198,3 +198,15 @@ def test_a_tune_with_an_slo_ends_on_the_fastest_layout_that_meets_it(lab_host, t
         assert list((tmp_path / "results").rglob("*_interactivity.png"))
     finally:
         TUNE.write_inventory(lab_sim_layout_speed=SPEED)
+
+
+def test_concurrency_max_plans_what_every_replica_admits(lab_host, tmp_path):
+    run = TUNE.playbook("deploy.yml", "--tags", "plan", extra={
+        "topolaunch_artifacts_dir": str(tmp_path / "artifacts"), "topolaunch_results_dir": str(tmp_path / "results"),
+        "topolaunch_workload": dict(SLO_WORKLOAD, concurrency="max", slo={})})
+    assert run.returncode == 0, run.stdout[-8000:]
+    plan = json.loads((tmp_path / "artifacts" / TUNE.host / "plan.json").read_text())
+    est = plan["estimate"]
+    admitted = min(est["kv_capacity_requests"] // plan["layout"]["dp"], 4096) * plan["layout"]["dp"]
+    assert plan["concurrency"] == est["concurrency"] == min(admitted, 1024) > 1
+    assert "max: what every replica admits" in plan["reason"]
