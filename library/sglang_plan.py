@@ -217,6 +217,12 @@ options:
       - What the server will serve, for the performance model's estimate and for which measurements rank
         (those at the same concurrency with lengths within 10%).
       - Keys C(input_len), C(output_len), C(concurrency), positive integers; default 1024, 1024, 128.
+      - C(concurrency) C(max) is as many requests as every replica's KV room and request cap admit (at most 1024
+        in all); measurements from that many requests in flight count.
+      - C(slo) C({ttft_ms, tpot_ms}) (either or both, positive; C(ttft_percentile) default 99, C(tpot_percentile)
+        default 50, each 50 or 99) plans each layout at the highest concurrency up to the workload's whose predicted
+        TTFT and TPOT meet it and ranks by throughput there; measurements count at or below the workload's
+        concurrency when their measured percentiles meet it.
     type: dict
   sglang_python:
     description: SGLang venv python for the printed command line (default /opt/sglang/venvs/<version>/bin/python).

@@ -71,7 +71,8 @@ from . import (constants, known_combinations, model_config, plan_nodes, plan_per
                sglang_facts_0_5_23)
 from .constants import base_version
 from .plan_args import FlagIndex, PLANNER_FLAGS, check_server_args, metrics_argv, supported_versions, text_problem
-from .plan_score import Links, Shape, check_workload, estimate, gemm_peak, stage_time
+from .plan_score import (MAX_IN_FLIGHT, SATURATING, Links, Shape, check_workload, estimate, estimate_at_slo, gemm_peak,
+                         interactivity_curve, measured_slo_misses, stage_time)
 from .plan_topology import NodeTopology, nccl_env
 
 GIB = 1 << 30
@@ -80,6 +81,8 @@ CUDA_CONTEXT_BYTES = 1 * GIB
 MIN_KV_TOKENS = 4096
 A2A_BACKENDS = ("deepep", "mooncake", "mori", "ascend_fuseep", "flashinfer")
 KV_DTYPE_BYTES = {"fp8_e5m2": 1, "fp8_e4m3": 1, "bf16": 2, "bfloat16": 2, "fp4_e2m1": 0.5625}
+# Layouts (best first) whose interactivity curve (plan_score.interactivity_curve) the plan gives, besides measured ones
+CURVE_LAYOUTS = 4
 MEASURE_HINT = "layout: tune or playbooks/sweep.yml measures them on this machine; measured results then decide"
 
 _LAYOUT_PART = re.compile(r"(tp|pp|dp|ep)(\d+)")
@@ -608,14 +611,15 @@ def _estimate(ctx, c, partition, memory, defaults, links):
         "kv_bytes": ctx.kv_bytes,
     }
     stages = stage_shapes(ctx.model, partition)
-    result = estimate(ctx.model, c, stages, links, ctx.gpu, ctx.workload, memory["kv_tokens"], settings,
-                      shape=ctx.shape, eff=ctx.eff)
+    result = estimate_at_slo(ctx.model, c, stages, links, ctx.gpu, ctx.workload, memory["kv_tokens"], settings,
+                             shape=ctx.shape, eff=ctx.eff)
     if ctx.fit:   # what the committed constants say, beside the fitted estimate
         result["unfitted_tokens_per_s"] = estimate(ctx.model, c, stages, links, ctx.gpu, ctx.workload,
-                                                   memory["kv_tokens"], settings, shape=ctx.shape)["tokens_per_s"]
+                                                   memory["kv_tokens"], settings, shape=ctx.shape,
+                                                   concurrency=result["concurrency"])["tokens_per_s"]
     result["inputs"] = {"model": ctx.model, "layout": c, "stages": stages, "links": links, "gpu": ctx.gpu,
                         "workload": ctx.workload, "kv_tokens": memory["kv_tokens"], "settings": settings,
-                        "shape": ctx.shape}
+                        "shape": ctx.shape, "eff": ctx.eff}
     return result
 
 
@@ -763,15 +767,25 @@ def _placement_facts(ctx, placements, tp, pp, dp, nodes_per_pp):
 # ----------------------------------------------------------------------------------------------------- measured
 
 
-def comparable_workload(record, workload):
-    """A measurement counts for a workload when it ran at the same concurrency with input and output lengths
-    within 10% (issue: tune)."""
+def comparable_workload(record, workload, saturating=None):
+    """A measurement counts for a workload when it ran with input and output lengths within 10% (issue: tune), at
+    the workload's concurrency; with an SLO at any concurrency up to it (the SLO then judges the measurement);
+    with concurrency max at `saturating` requests in flight or more (the layout's saturating concurrency; any with
+    an SLO)."""
     def near(a, b):
         return isinstance(a, (int, float)) and not isinstance(a, bool) and abs(a - b) <= 0.1 * b
 
-    return (record.get("max_concurrency") == workload["concurrency"]
-            and near(record.get("input_len"), workload["input_len"])
-            and near(record.get("output_len"), workload["output_len"]))
+    conc = record.get("max_concurrency")
+    if isinstance(conc, bool) or not isinstance(conc, int) or conc < 1:
+        return False
+    if workload["concurrency"] == SATURATING:
+        at = workload.get("slo") or conc >= (saturating or 1)
+    elif workload.get("slo"):
+        at = conc <= workload["concurrency"]
+    else:
+        at = conc == workload["concurrency"]
+    return bool(at) and near(record.get("input_len"), workload["input_len"]) \
+        and near(record.get("output_len"), workload["output_len"])
 
 
 def _records_of_machine(records, what, model_names, fingerprints, reasons):
@@ -791,10 +805,13 @@ def _records_of_machine(records, what, model_names, fingerprints, reasons):
     return found
 
 
-def _measured_by_layout(measured, model_names, fingerprints, workload, reasons, warnings):
+def _measured_by_layout(measured, model_names, fingerprints, workload, reasons, warnings, saturating=None):
     """{layout name: {output_throughput, max_concurrency, simulated}} for this model and fingerprint at a
-    comparable workload; measurements of this model and box at other workloads are named in a warning."""
+    comparable workload; measurements of this model and box at other workloads are named in a warning.
+    saturating: {layout name: its saturating concurrency} (concurrency max). With an SLO, the fastest measurement
+    that met it (slo_met True), else the fastest (slo_met False, slo_misses: how it missed)."""
     best, elsewhere = {}, set()
+    slo = workload.get("slo")
     for k, rec in _records_of_machine(measured, "measured", model_names, fingerprints, reasons):
         try:
             layout = parse_layout(rec.get("layout"))
@@ -805,23 +822,38 @@ def _measured_by_layout(measured, model_names, fingerprints, workload, reasons, 
         if isinstance(tput, bool) or not isinstance(tput, (int, float)) or layout == "auto":
             continue
         name = layout_name(layout["tp"], layout["pp"], layout["dp"], layout["ep"])
-        if not comparable_workload(rec, workload):
+        if not comparable_workload(rec, workload, (saturating or {}).get(name)):
             elsewhere.add("%s at %s/%s concurrency %s" % (name, rec.get("input_len"), rec.get("output_len"),
                                                           rec.get("max_concurrency")))
             continue
-        if name not in best or tput > best[name]["output_throughput"]:
-            best[name] = {"output_throughput": float(tput), "max_concurrency": rec.get("max_concurrency"),
-                          "simulated": bool(rec.get("simulated"))}
+        entry = {"output_throughput": float(tput), "max_concurrency": rec.get("max_concurrency"),
+                 "simulated": bool(rec.get("simulated"))}
+        if slo:
+            misses = measured_slo_misses(slo, rec)
+            entry.update(slo_met=not misses, slo_misses=misses)
+        old = best.get(name)
+        if old is None or (entry.get("slo_met", True), tput) > (old.get("slo_met", True), old["output_throughput"]):
+            best[name] = entry
     if elsewhere and not best:
         warnings.append("measured results of this model on this topology are at other workloads than %d/%d at "
-                        "concurrency %d, so they do not rank the layouts: %s" % (
+                        "concurrency %s, so they do not rank the layouts: %s" % (
                             workload["input_len"], workload["output_len"], workload["concurrency"],
                             ", ".join(sorted(elsewhere)[:6]) + (" ..." if len(elsewhere) > 6 else "")))
     return best
 
 
+def slo_missed(c):
+    """Why a valid candidate misses the workload's SLO (measured, or predicted at concurrency 1), or None."""
+    if c.get("source") == "measured":
+        misses = c["measured"].get("slo_misses")
+        return ("measured: " + ", ".join(misses)) if misses else None
+    verdict = (c.get("estimate") or {}).get("slo") or {}
+    return verdict["reason"] if verdict.get("met") is False else None
+
+
 def rank(candidates, measured):
-    """Order candidates: measured valid ones by throughput, then valid ones by the model's estimate, then invalid."""
+    """Order candidates: measured valid ones by throughput, then valid ones by the model's estimate, then those
+    that miss the workload's SLO (measured, or predicted at concurrency 1) by throughput, then invalid ones."""
     heur = [c["estimate"]["tokens_per_s"] for c in candidates if c["valid"] and c["estimate"]]
     top_heur = max(heur) if heur else None
     top_meas = max((m["output_throughput"] for n, m in measured.items()
@@ -840,10 +872,12 @@ def rank(candidates, measured):
 
     def key(c):
         if not c["valid"]:
-            return (2, 0.0, c["name"])
-        if c["source"] == "measured":
-            return (0, -c["measured"]["output_throughput"], c["name"])
-        return (1, -(c["estimate"] or {}).get("tokens_per_s", 0.0), c["name"])
+            return (3, 0.0, c["name"])
+        tput = c["measured"]["output_throughput"] if c["source"] == "measured" else \
+            (c["estimate"] or {}).get("tokens_per_s", 0.0)
+        if slo_missed(c):
+            return (2, -tput, c["name"])
+        return (0 if c["source"] == "measured" else 1, -tput, c["name"])
 
     return sorted(candidates, key=key)
 
@@ -940,9 +974,19 @@ def plan(request):
                    os.path.basename(str(request.model_path).rstrip("/")) if request.model_path else None} - {None}
     # a multi-node run is filed under the cluster fingerprint only: one node's fingerprint names that node alone,
     # whose own measurements (a one-node server) say nothing about the server across nodes
+    saturating = {c["name"]: c["estimate"]["concurrency"] for c in candidates if c.get("estimate")}
     measured_best = _measured_by_layout(request.measured, model_names, {fingerprint}, ctx.workload, reasons,
-                                        p["warnings"])
+                                        p["warnings"], saturating)
     candidates = rank(candidates, measured_best)
+    # the interactivity curve of the layouts a tune or a report looks at: the top ones and the measured ones
+    top = [c for c in candidates if c["valid"] and c.get("estimate")]
+    for c in top[:CURVE_LAYOUTS] + [c for c in top[CURVE_LAYOUTS:] if c.get("measured")]:
+        workload_top = ctx.workload["concurrency"] if ctx.workload["concurrency"] != SATURATING else 0
+        c["estimate"]["curve"] = interactivity_curve(c["estimate"]["inputs"],
+                                                     max(workload_top, c["estimate"]["concurrency"]))
+    if ctx.workload.get("slo") and not any(c["valid"] and not slo_missed(c) for c in candidates):
+        p["warnings"].append("no valid layout meets the SLO %s; the plan is the fastest of those that miss it"
+                             % describe_slo(ctx.workload["slo"]))
 
     if wanted == "auto":
         chosen = next((c for c in candidates if c["valid"]), None)
@@ -1213,13 +1257,25 @@ def describe_estimate(est, workload):
         ("weights", "weight reads"), ("kv", "KV reads"), ("comm", "communication"), ("compute", "compute"),
         ("overhead", "fixed per-layer"), ("cpu", "scheduler CPU")) if est.get(key + "_ms"))
     limit = "KV room" if est.get("limit") == "kv" else "the concurrency"
-    text = "%.0f output tok/s at input %d / output %d / concurrency %d (batch %d, limited by %s" % (
-        est.get("tokens_per_s", 0), workload["input_len"], workload["output_len"], workload["concurrency"],
-        est.get("batch", 0), limit)
+    conc = est.get("concurrency") or workload["concurrency"]
+    text = "%.0f output tok/s at input %d / output %d / concurrency %s%s (batch %d, limited by %s" % (
+        est.get("tokens_per_s", 0), workload["input_len"], workload["output_len"], conc,
+        " (max: what every replica admits, at most %d)" % MAX_IN_FLIGHT if workload["concurrency"] == SATURATING
+        else "", est.get("batch", 0), limit)
+    if est.get("ttft_ms") is not None:
+        text += "; predicted TTFT %.0f ms, TPOT %.1f ms" % (est["ttft_ms"], est["tpot_ms"])
+    if est.get("slo"):
+        text += "; SLO %s: %s" % (describe_slo(workload.get("slo")), est["slo"]["reason"])
     if est.get("pp_bubble"):
         text += "; pipeline bubble %.0f%%" % (est["pp_bubble"] * 100)
     return text + "; decode step %.1f ms: %s; prefill %.1f ms per request)" % (
         est.get("step_ms", 0), parts or "-", est.get("prefill_ms_per_request", 0))
+
+
+def describe_slo(slo):
+    """'p99 TTFT <= 500 ms, p50 TPOT <= 50 ms'."""
+    return ", ".join("p%d %s <= %g ms" % (slo[kind + "_percentile"], kind.upper(), slo[kind + "_ms"])
+                     for kind in ("ttft", "tpot") if (slo or {}).get(kind + "_ms") is not None)
 
 
 def tune_selection(candidates, max_count=3):
@@ -1391,6 +1447,10 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
                          "created": (ctx.preflight or {}).get("created"),
                          "cross_socket_p2p": ctx.cross_socket_p2p},
         "workload": dict(ctx.workload),
+        # the requests in flight the chosen layout is planned (and benchmarked) at: the workload's concurrency, what
+        # every replica admits (concurrency max) or the highest that meets the SLO
+        "concurrency": (chosen.get("measured") or {}).get("max_concurrency") or
+        (chosen.get("estimate") or {}).get("concurrency") or ctx.workload["concurrency"],
         "warnings": warnings,
         "topology_fingerprint": ctx.nodes[node_rank].fingerprint,
         "model_name": model["name"],

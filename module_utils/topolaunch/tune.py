@@ -12,7 +12,7 @@ Layouts measured already are not measured again unless `remeasure`; a layout tha
 """
 import math
 
-from . import plan_perf
+from . import plan_perf, planner
 from .plan_fit import of_this_machine, plan_with_fit
 from .planner import PlanError
 
@@ -66,8 +66,16 @@ def select(candidates, max_count=3, error=None, remeasure=False, listed=None, fa
         for name, row in rows.items():
             row["status"], row["note"] = ("listed", "") if name in chosen else ("not listed", "")
     else:
-        ranked = sorted(valid, key=lambda c: (-figure(c), c["name"]))
+        # a layout that misses the workload's SLO (measured, or predicted even at concurrency 1) cannot win while
+        # another may meet it
+        missed = {c["name"]: planner.slo_missed(c) for c in valid}
+        if all(missed.values()):
+            missed = {}
+        ranked = sorted((c for c in valid if not missed.get(c["name"])), key=lambda c: (-figure(c), c["name"]))
         top = figure(ranked[0]) if ranked else 0.0
+        for name, why in missed.items():
+            if why:
+                rows[name]["status"], rows[name]["note"] = "misses the SLO", why
         for c in ranked:
             row = rows[c["name"]]
             if c["name"] in failed and not _measured(c) and not remeasure:
