@@ -90,7 +90,7 @@ options:
   api_key_set:
     description:
       - Whether the server will enforce an API key (topolaunch_api_key is set); the key itself never reaches the
-        planner. With O(host) 0.0.0.0 or :: and no key the plan is refused unless O(listen_without_api_key).
+        planner. With O(host) 0.0.0.0 or C(::) and no key the plan is refused unless O(listen_without_api_key).
     type: bool
     default: false
   listen_without_api_key:

@@ -388,11 +388,46 @@ def validate(o, run=_run):
     if held:
         raise LaunchError("Cannot launch: %s. Free it, or plan another port (topolaunch_port); %s."
                           % ("; ".join(held), NOTHING_STOPPED))
+    # Room for what the launch writes (issue 25: ENOSPC after cleanup had stopped the working server).
+    short = space_problems(o)
+    if short:
+        raise LaunchError("Cannot launch: %s. Free space there; %s." % ("; ".join(short), NOTHING_STOPPED))
     # The rendered unit as systemd would load it (issue 14).
     refused = verify_unit(o["unit_name"], o["unit_content"], run)
     if refused:
         raise LaunchError("Cannot launch: systemd-analyze verify refuses the rendered unit: %s. Fix the setting it "
                           "names; %s." % ("; ".join(refused), NOTHING_STOPPED))
+
+
+SPACE_MARGIN = 1 << 20      # bytes left free beyond what the launch writes: its temp files, the journal's own use
+
+
+def _existing(path):
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path.rstrip("/")) or "/"
+    return path or "/"
+
+
+def space_problems(o, statvfs=None):
+    """Each file system the launch writes to (the env file, the server's config, the unit, the plan record) with
+    less free space than those files need, twice (each is written beside itself, then renamed), plus SPACE_MARGIN."""
+    files = [(o["env_file"], o["env_content"]), (o["config_file"] or state_file(o["state_dir"], SERVER_CONFIG),
+                                                 o["config_content"]),
+             (os.path.join(o["unit_dir"], o["unit_name"]), o["unit_content"]),
+             (state_file(o["state_dir"], CURRENT_PLAN), plan_text(o["plan"]))]
+    statvfs = statvfs or os.statvfs
+    need = {}
+    for path, content in files:
+        where = _existing(os.path.dirname(path))
+        try:
+            st = statvfs(where)
+        except OSError:
+            continue
+        key = st.f_fsid or where
+        free, dirs, size = need.get(key, (st.f_bavail * st.f_frsize, set(), 0))
+        need[key] = (free, dirs | {os.path.dirname(path)}, size + 2 * len((content or "").encode()))
+    return ["%s: %d bytes free, the launch needs %d" % (", ".join(sorted(dirs)), free, size + SPACE_MARGIN)
+            for free, dirs, size in need.values() if free < size + SPACE_MARGIN]
 
 
 def _file_problems(o):
@@ -539,10 +574,14 @@ def launch(opts, check_mode=False, run=_run, owner=(0, 0), clean=None):
         if differs[path]:
             result["written"].append(path)
             if not check_mode:
-                if content:
-                    write_atomic(path, content, mode, who)
-                else:
-                    os.unlink(path)
+                try:
+                    if content:
+                        write_atomic(path, content, mode, who)
+                    else:
+                        os.unlink(path)
+                except OSError as err:
+                    result["written"].pop()
+                    raise LaunchError("Writing %s failed: %s" % (path, err.strerror or err), result) from None
 
     # ---- started: systemd
     result["changed"] = result["changed"] or bool(result["written"])

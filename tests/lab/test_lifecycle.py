@@ -226,3 +226,21 @@ def test_two_relaunches_at_once_the_second_waits_then_fails_naming_the_first(hos
     assert plan["layout"]["name"] == "tp4pp2" and host.healthy(plan["port"])
     rc, out = host.relaunch("-e", "layout=tp8")
     assert rc == 0, out[-4000:]
+
+
+def test_a_full_state_directory_is_refused_before_the_running_server_is_stopped(host, good_tp8):
+    """Issue 25 item 5: a full disk under the state directory turned a healthy server into an outage (ENOSPC after
+    cleanup). Here /var/lib/topolaunch is a small tmpfs holding its own files and filled up: the relaunch is refused
+    in validate naming the directory, and the running server is untouched (same unit start, serving)."""
+    before = host.ssh("systemctl show -p InvocationID --value %s" % UNIT)
+    host.ssh("set -e; d=/var/lib/topolaunch; mkdir -p /run/tl-full; cp -a $d/. /run/tl-full/; "
+             "mount -t tmpfs -o size=2m,mode=0755 tmpfs $d; cp -a /run/tl-full/. $d/; "
+             "dd if=/dev/zero of=$d/.filler bs=64k 2>/dev/null || true")
+    try:
+        rc, out = host.relaunch("-e", "layout=tp4pp2")
+    finally:
+        host.ssh("umount /var/lib/topolaunch && rm -rf /run/tl-full")
+    assert rc != 0 and "bytes free, the launch needs" in out and "/var/lib/topolaunch" in out, out[-4000:]
+    assert "nothing was stopped" in out and "TASK [topolaunch.sglang.cleanup" not in out
+    assert host.ssh("systemctl show -p InvocationID --value %s" % UNIT) == before
+    assert host.healthy(SERVER_PORT)

@@ -635,3 +635,40 @@ def test_a_failed_launch_call_carries_what_the_rollback_needs(host):
     assert refused["server_stopped"] is False and refused["last_good_differs"] is False
     (state / "last_good_plan.json").unlink()
     assert rollback_facts(str(state), failed, {})["last_good_plan"] == {}
+
+
+class _Fs:
+    """os.statvfs's answer for a file system with `free` bytes (4 KiB blocks)."""
+
+    def __init__(self, free, fsid=7):
+        self.f_bavail, self.f_frsize, self.f_fsid = free // 4096, 4096, fsid
+
+
+def test_a_full_disk_is_refused_in_validate_before_anything_is_stopped(host, monkeypatch):
+    """Issue 25 item 5: ENOSPC writing the unit was a bare OSError traceback, after cleanup had stopped the working
+    server. Validate now checks room for every file the launch writes, naming the directories."""
+    o = dict(opts(host, state="checked"), config_content="")
+    short = launch_mod.space_problems(dict(launch_mod.DEFAULTS, **o), statvfs=lambda _p: _Fs(4096))
+    assert len(short) == 1 and short[0].endswith("4096 bytes free, the launch needs %d"
+                                                  % (launch_mod.SPACE_MARGIN + 2 * sum(
+                                                      len(c.encode()) for c in (ENV, o["unit_content"],
+                                                                                plan_text(o["plan"])))))
+    assert str(host / "state") in short[0] and str(host / "systemd") in short[0]
+    assert launch_mod.space_problems(dict(launch_mod.DEFAULTS, **o), statvfs=lambda _p: _Fs(1 << 30)) == []
+    monkeypatch.setattr(launch_mod.os, "statvfs", lambda _p: _Fs(4096))
+    sd = Systemd(host)
+    with pytest.raises(LaunchError) as exc:
+        call(host, sd, state="checked")
+    assert "bytes free, the launch needs" in str(exc.value) and str(exc.value).endswith("nothing was stopped.")
+    assert sd.calls == []
+
+
+def test_a_write_that_fails_is_one_line_naming_the_file(host, monkeypatch):
+    def full(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(launch_mod, "write_atomic", full)
+    with pytest.raises(LaunchError) as exc:
+        call(host, Systemd(host))
+    assert str(exc.value) == "Writing %s failed: No space left on device" % (host / "etc" / "sglang.env")
+    assert exc.value.result["written"] == [str(host / "etc"), str(host / "state")]
