@@ -171,7 +171,7 @@ def test_every_candidate_failing_relaunches_the_last_good_plan_and_fails(first, 
 
 
 # An SLO the fastest layout misses: the model plans tp4pp2 near the workload's 32 requests and tp1pp8 at 3 or fewer
-# (tests/unit/plugins/module_utils/test_plan_objective.py pins it); the simulator slows tp4pp2 until its median TPOT
+# (tests/unit/plugins/module_utils/test_plan_score_objective.py pins it); the simulator slows tp4pp2 until its median TPOT
 # is ~2x the target while it still serves the most tokens, and speeds tp1pp8 until it meets both targets.
 SLO_WORKLOAD = {"input_len": 64, "output_len": 16, "concurrency": 32, "slo": {"ttft_ms": 400, "tpot_ms": 60}}
 SLO_SPEED, SLO_FAST, SLO_MEETS = "tp4pp2=0.1,tp1pp8=0.7", "tp4pp2", "tp1pp8"
