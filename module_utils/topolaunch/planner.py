@@ -237,7 +237,10 @@ def sglang_memory_defaults(gpu_bytes, tp, pp, values, facts=None, mla=False):
     algo, spec = values.get("speculative_algorithm"), memory["speculative_reserve_mib"]
     if algo is not None and spec:
         reserved += spec.get(algo, 0 if algo in spec.get("except", []) else spec.get("*", 0))
-    fraction = values.get("mem_fraction_static") or round((gpu_mem - reserved) / gpu_mem, 3)
+    given = values.get("mem_fraction_static")
+    # a value outside (0, 1) is refused (_arg_reasons): the estimates made beside that reason use SGLang's default
+    fraction = given if isinstance(given, (int, float)) and 0.0 < given < 1.0 else \
+        round((gpu_mem - reserved) / gpu_mem, 3)
     return {"mem_fraction_static": fraction, "chunked_prefill_size": chunk if chunk > 0 else 8192,
             "cuda_graph_max_bs": 0 if decode_off else graph_bs}
 
@@ -450,10 +453,10 @@ def _global_rules(model, values, facts=None):
         reasons.append("moe_runner_backend flashinfer_trtllm does not support quantization %s" % quant)
     fraction = values.get("mem_fraction_static")
     if fraction is not None and not 0.0 < fraction < 1.0:
-        reasons.append("mem_fraction_static must be between 0 and 1, got %s" % fraction)
+        reasons.append("server_args.mem_fraction_static must be between 0 and 1, got %s" % fraction)
     running = values.get("max_running_requests")
     if running is not None and running < 1:
-        reasons.append("max_running_requests must be at least 1, got %s" % running)
+        reasons.append("server_args.max_running_requests must be at least 1, got %s" % running)
     return reasons
 
 

@@ -42,9 +42,12 @@ class Host:
             assert proc.returncode == 0, "ssh %r: rc %s %s" % (command, proc.returncode, proc.stderr)
         return proc.stdout
 
-    def play(self, *args):
-        """ansible-playbook deploy.yml against this host; returns (rc, output)."""
+    def play(self, *args, brief=False):
+        """ansible-playbook deploy.yml against this host; returns (rc, output). brief: with the stdout callback
+        ansible.cfg sets for people (callback_plugins/brief.py), not the default one the tests read (tests/conftest.py)."""
         env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+        if brief:
+            env.pop("ANSIBLE_STDOUT_CALLBACK", None)
         proc = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(self.inventory),
                                "deploy.yml", *args], cwd=ROOT, env=env, capture_output=True, text=True,
                               check=False, timeout=900)

@@ -197,6 +197,31 @@ def test_a_second_run_and_check_mode_change_nothing(host, good_tp8):
         assert "is already measured at this workload" in out
 
 
+NOOP_LINE_BUDGET = 60       # a no-op deploy.yml, default verbosity, one host (the README states it)
+
+
+def test_the_output_shows_the_lines_that_matter(host, good_tp8):  # after the converging test above (file order)
+    """Issue 29 item 7 (and 25 item 18): a no-op deploy.yml printed 780-900 lines; a failed plan printed its reason
+    twice in 3.5-4 KB of JSON. With the stdout callback ansible.cfg sets (callback_plugins/brief.py), a converged
+    host's whole deploy.yml says in a few lines that nothing changed and why, and a failed plan says its reason once;
+    -v still prints every result."""
+    rc, out = host.play(brief=True)             # converged by test_a_second_run_and_check_mode_change_nothing
+    assert rc == 0, out[-6000:]
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert len(lines) <= NOOP_LINE_BUDGET, "%d lines (budget %d):\n%s" % (len(lines), NOOP_LINE_BUDGET, out)
+    for words in ("Leaving the server running: the same plan already runs", "s, not restarted",
+                  "is already measured at this workload", "lc                         : ok="):
+        assert words in out, (words, out)
+    assert "skipping: [" not in out and "ok: [" not in out and "included: " not in out
+    assert "changed=0" in out, out[-2000:]
+    rc, out = host.play("--tags", "plan", "-e", "layout=tp3", brief=True)
+    assert rc != 0
+    failed = [line for line in out.splitlines() if "FAILED: " in line]
+    assert len(failed) == 1 and '"candidates"' not in out and "[ERROR]" not in out, out
+    assert max(len(line) for line in out.splitlines()) < 1000, out
+    rc, out = host.play("--tags", "plan", "-e", "layout=tp3", "-v", brief=True)
+    assert rc != 0 and "fatal: [lc]: FAILED! =>" in out                  # the whole result at -v
+
 def test_two_relaunches_at_once_the_second_waits_then_fails_naming_the_first(host, good_tp8):
     """Issue 25 item 6: two `--tags relaunch` runs at once interleaved (the second's restart failed the first's
     health, which rolled back on top of it). The first run holds the relaunch lock from validate to the end of

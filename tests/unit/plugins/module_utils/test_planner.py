@@ -471,3 +471,16 @@ def test_listening_everywhere_without_an_api_key_is_refused_unless_asked_for(vnu
     assert not any("every address" in w for w in keyed["warnings"])
     loopback = planner.plan(planner.PlanRequest(topology=vnuma, layout="tp8", model_path=model_path("glm-5-nvfp4")))
     assert not any("every address" in w for w in loopback["warnings"])
+
+
+@pytest.mark.parametrize("value, words", [
+    ("nan", "server_args.mem_fraction_static must be a finite number, got 'nan'"),
+    ("inf", "server_args.mem_fraction_static must be a finite number, got 'inf'"),
+    (float("nan"), "server_args.mem_fraction_static must be a finite number, got nan"),
+    (1e308, "server_args.mem_fraction_static must be between 0 and 1, got 1e+308"),
+    ("²", "server_args.mem_fraction_static must be a number, got '²'"),
+    ("--5", "server_args.mem_fraction_static must be a number, got '--5'"),
+])
+def test_a_fraction_that_is_not_a_fraction_is_refused_naming_the_field(vnuma, value, words):
+    """Issue 25 item 14: "nan", "inf" and 1e308 raised a traceback (int(NaN) in the memory estimate)."""
+    assert words in refused(vnuma, "tp8", server_args={"mem_fraction_static": value})
