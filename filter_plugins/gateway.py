@@ -1,29 +1,12 @@
-"""Filters for a DP layout served as replicas behind the model gateway (module_utils gateway.py, replicas.py).
+"""Filters for a DP layout served as replicas behind the model gateway (module_utils gateway.py, replicas.py; the plan
+module sglang_plan adds replicas and gateway to a plan).
 
-    topolaunch_plan: "{{ plan | topolaunch.sglang.gateway_serve(topology, settings) }}"
     replicas: "{{ plan | topolaunch.sglang.replica_servers(state_dir, env_file) }}"
     stale: "{{ unit_files | topolaunch.sglang.stale_units(plan, single_unit, template, gateway_unit) }}"
 """
 import os
 
-from ansible.errors import AnsibleFilterError
 from ansible_collections.topolaunch.sglang.plugins.module_utils import gateway, replicas
-
-
-def gateway_serve(plan, topology=None, settings=None):
-    """The plan as it is served (gateway.serve): with `replicas` and `gateway` when the gateway is wanted.
-    settings: mode, releases, version, policy, health_interval, replica_ports, replica_host, extra, metrics_port.
-    Bad input fails with gateway.py's one line naming the field."""
-    s = dict(settings or {})
-    try:
-        return gateway.serve(plan, topology or None, mode=s.get("mode", "auto"), releases=s.get("releases"),
-                             version=s.get("version"), policy=s.get("policy", "cache_aware"),
-                             health_interval=s.get("health_interval", 10),
-                             replica_ports=s.get("replica_ports") or None,
-                             replica_host=s.get("replica_host", "127.0.0.1"), extra=s.get("extra") or None,
-                             metrics_port=s.get("metrics_port", 29000))
-    except (gateway.GatewayError, replicas.ReplicaError) as exc:
-        raise AnsibleFilterError(str(exc)) from None
 
 
 def replica_state_dir(state_dir, index):
@@ -78,4 +61,4 @@ class FilterModule:
     """topolaunch.sglang gateway and replica filters."""
 
     def filters(self):
-        return {"gateway_serve": gateway_serve, "replica_servers": replica_servers, "stale_units": stale_units}
+        return {"replica_servers": replica_servers, "stale_units": stale_units}

@@ -1,20 +1,20 @@
-"""filter_plugins/gateway.py: the served plan (bad input as one line naming the field), each replica's one-server
-inputs, and the other shape's units a relaunch stops."""
+"""filter_plugins/gateway.py: each replica's one-server inputs, and the other shape's units a relaunch stops."""
 import pathlib
 
 import pytest
 import yaml
-from ansible.errors import AnsibleFilterError
 
 from plan_cases import model_path, synth_facts
-from ansible_collections.topolaunch.sglang.plugins.filter.gateway import (FilterModule, gateway_serve,
-                                                                          replica_servers, stale_units)
-from ansible_collections.topolaunch.sglang.plugins.module_utils import planner
+from ansible_collections.topolaunch.sglang.plugins.filter.gateway import FilterModule, replica_servers, stale_units
+from ansible_collections.topolaunch.sglang.plugins.module_utils import gateway, planner
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 DEFAULTS = yaml.safe_load((ROOT / "roles/topolaunch/defaults/main.yml").read_text())
-SETTINGS = {"mode": "auto", "releases": DEFAULTS["topolaunch_gateway_releases"],
-            "version": DEFAULTS["topolaunch_gateway_version"]}
+
+
+def gateway_serve(plan, facts):
+    return gateway.serve(plan, facts, "auto", DEFAULTS["topolaunch_gateway_releases"],
+                         DEFAULTS["topolaunch_gateway_version"])
 
 
 @pytest.fixture(name="field")
@@ -29,7 +29,7 @@ def fixture_field(tmp_path):
 
 def test_served_plan_and_each_replica(field):
     plan, facts = field()
-    served = gateway_serve(plan, facts, SETTINGS)
+    served = gateway_serve(plan, facts)
     reps = replica_servers(served, "/var/lib/topolaunch", "/etc/topolaunch/sglang.env")
     assert [(r["unit"], r["state_dir"], r["env_file"]) for r in reps] == [
         ("topolaunch-sglang@0.service", "/var/lib/topolaunch/replica-0", "/etc/topolaunch/sglang@0.env"),
@@ -41,30 +41,9 @@ def test_served_plan_and_each_replica(field):
     assert replica_servers(plan, "/s", "/e.env") == []       # dp = 1 / gateway never: no replicas
 
 
-def test_dp1_is_unchanged(field):
-    plan, facts = field("tp8")
-    assert gateway_serve(plan, facts, SETTINGS) == plan
-
-
-@pytest.mark.parametrize("settings, message", [
-    ({"replica_ports": [30000, 30001]}, r"^topolaunch_replica_ports\[0\]: port 30000 is the gateway's port"),
-    ({"mode": "always", "version": "9.9"}, r"^topolaunch_gateway_version: '9\.9' is not in "
-                                            r"topolaunch_gateway_releases"),
-    ({"mode": "always", "releases": {"1.13.0": {"package": "smg==1.13.0", "requirements": ["x"],
-                                                "sglang": ["0.5.9"]}}},
-     r"^topolaunch_gateway: always, but topolaunch_gateway_releases has no gateway for SGLang 0\.5\.23"),
-    ({"policy": "fastest"}, r"^topolaunch_gateway_policy: 'fastest' is not one of"),
-])
-def test_bad_input_is_one_line_naming_the_field(field, settings, message):
-    plan, facts = field()
-    with pytest.raises(AnsibleFilterError, match=message) as exc:
-        gateway_serve(plan, facts, dict(SETTINGS, **settings))
-    assert "\n" not in str(exc.value)
-
-
 def test_the_other_shape_is_stale(field):
     plan, facts = field()
-    served = gateway_serve(plan, facts, SETTINGS)
+    served = gateway_serve(plan, facts)
     on_host = ["/etc/systemd/system/topolaunch-sglang.service", "/etc/systemd/system/topolaunch-sglang@0.service",
                "/etc/systemd/system/topolaunch-sglang@3.service", "/etc/systemd/system/topolaunch-gateway.service",
                "/etc/systemd/system/topolaunch-sglang@x.service", "/etc/systemd/system/other.service"]
@@ -78,4 +57,4 @@ def test_the_other_shape_is_stale(field):
 
 
 def test_filters_are_registered():
-    assert set(FilterModule().filters()) == {"gateway_serve", "replica_servers", "stale_units"}
+    assert set(FilterModule().filters()) == {"replica_servers", "stale_units"}
