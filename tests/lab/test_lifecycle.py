@@ -510,16 +510,17 @@ def test_tp4dp2_replicas_behind_the_gateway_survive_a_killed_replica(host):
         grown = [_replica_requests(host, p) - b for p, b in zip(ports, before)]
         assert all(g > 0 for g in grown), grown
         # bad input: one line naming the field, before anything stops
-        before_ids = host.ssh("systemctl show -p InvocationID --value topolaunch-sglang@0.service topolaunch-gateway.service")
+        ids = "systemctl show -p InvocationID --value topolaunch-sglang@0.service topolaunch-gateway.service"
+        before_ids = host.ssh(ids)
         for extra, field in ((["-e", '{"topolaunch_replica_ports": [%d, %d]}' % (SERVER_PORT, SERVER_PORT + 5)],
                               "topolaunch_replica_ports[0]: port %d is the gateway's port" % SERVER_PORT),
                              (["-e", "topolaunch_gateway=always", "-e", "topolaunch_gateway_version=9.9"],
                               "topolaunch_gateway_version: '9.9' is not in topolaunch_gateway_releases")):
-            rc, out = host.relaunch("-e", "layout=tp4dp2", "-e", "topolaunch_model_path=/srv/models/" + GW_MODEL, *extra)
+            rc, out = host.relaunch("-e", "layout=tp4dp2", "-e", "topolaunch_model_path=/srv/models/" + GW_MODEL,
+                                    *extra)
             assert rc != 0 and field in out, out[-4000:]
             assert "Traceback" not in out
-        assert host.ssh("systemctl show -p InvocationID --value topolaunch-sglang@0.service "
-                        "topolaunch-gateway.service") == before_ids
+        assert host.ssh(ids) == before_ids
         # one replica SIGKILLed: the gateway routes around it, systemd brings it back, the gateway uses it again
         host.ssh("systemctl kill -s SIGKILL topolaunch-sglang@1.service")
         assert [_ask_gateway(host, 100 + i) for i in range(8)] == ["200"] * 8
@@ -536,4 +537,5 @@ def test_tp4dp2_replicas_behind_the_gateway_survive_a_killed_replica(host):
     finally:
         rc, out = host.relaunch("-e", "layout=tp8")
         assert rc == 0, out[-6000:]
-        assert host.ssh("ls /etc/systemd/system | grep -c 'topolaunch-sglang@\\|topolaunch-gateway' || true").strip() == "0"
+        left = host.ssh("ls /etc/systemd/system | grep -c 'topolaunch-sglang@\\|topolaunch-gateway' || true")
+        assert left.strip() == "0", left
