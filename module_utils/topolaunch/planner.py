@@ -1486,11 +1486,13 @@ def _placement_warnings(ctx, chosen, placement):
         idle = [i for i in node.indices if i not in used]
         if idle:
             warnings.append("GPUs %s%s stay idle with layout %s" % (idle, where, chosen["name"]))
-        for i in sorted(used):
-            procs = node.gpus[i].get("processes") or []
-            if procs:
-                warnings.append("GPU %d%s holds processes %s: the cleanup stage must stop them before the launch"
-                                % (i, where, ", ".join(str(p.get("pid")) for p in procs)))
+        held = ["GPU %d: %s" % (i, ", ".join(str(p.get("pid")) for p in node.gpus[i].get("processes") or []))
+                for i in sorted(used) if node.gpus[i].get("processes")]
+        if held:                                        # one line: often the running server, one pid per GPU
+            warnings.append("%s%s %s processes (%s): the cleanup stage stops them before a launch (the running "
+                            "server's, when the plan replaces it)" % (
+                                "GPUs" if len(held) > 1 else held[0].split(":")[0], where,
+                                "hold" if len(held) > 1 else "holds", "; ".join(held)))
     for rank, node in enumerate(ctx.nodes):
         by_bus = sorted(node.gpus, key=lambda i: str(node.gpus[i].get("pci_bus_id", "")).lower())
         if by_bus != sorted(node.gpus):

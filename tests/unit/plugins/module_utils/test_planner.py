@@ -264,7 +264,7 @@ def test_processes_on_planned_gpus_are_warned(tmp_path):
     facts = synth_facts(VNUMA, tmp_path)
     facts["gpus"][2]["processes"] = [{"pid": 4242, "used_memory_bytes": 5 << 30}]
     plan = planner.plan(planner.PlanRequest(topology=facts, model_path=model_path("glm-5-nvfp4"), layout="tp8"))
-    assert any("GPU 2 holds processes 4242" in w for w in plan["warnings"])
+    assert any(w.startswith("GPU 2 holds processes (GPU 2: 4242)") for w in plan["warnings"]), plan["warnings"]
 
 
 def test_nvml_order_that_is_not_bus_order_is_warned(tmp_path):
