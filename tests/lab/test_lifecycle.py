@@ -15,7 +15,7 @@ import subprocess
 import pytest
 import yaml
 
-from lifecyclelab import LAB_MISSING, ROOT, SMALL_MODEL, UNIT, assert_only_the_unit_holds_gpus, booted_host
+from lifecyclelab import LAB_MISSING, ROOT, SMALL_MODEL, SSH_KEY, UNIT, assert_only_the_unit_holds_gpus, booted_host
 
 NAME, SSH_PORT, SERVER_PORT, REPO_PORT = "pytest-lifecycle", 2229, 31090, 18082
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(LAB_MISSING, reason="needs root, systemd-nspawn and debootstrap")]
@@ -226,3 +226,64 @@ def test_two_relaunches_at_once_the_second_waits_then_fails_naming_the_first(hos
     assert plan["layout"]["name"] == "tp4pp2" and host.healthy(plan["port"])
     rc, out = host.relaunch("-e", "layout=tp8")
     assert rc == 0, out[-4000:]
+
+
+GW_MODEL = "llama-3.1-70b"              # the 70B stand-in: one TP4 replica per socket of the field spec
+
+
+def _replica_requests(host, port):
+    """Replica's own request counter (sglang:num_requests_total summed; no sample before its first request: 0)."""
+    out = host.ssh("curl -s http://127.0.0.1:%d/metrics" % port)
+    return sum(float(l.rsplit(" ", 1)[1]) for l in out.splitlines() if l.startswith("sglang:num_requests_total{"))
+
+
+def _ask_gateway(host, i):
+    body = json.dumps({"text": "%08x q%d" % (i * 2654435761 % 2 ** 32, i), "sampling_params": {"max_new_tokens": 4}})
+    return host.ssh("curl -s -o /dev/null -w '%%{http_code}' -m 20 -H 'Content-Type: application/json' "
+                    "-d '%s' http://127.0.0.1:%d/generate" % (body, SERVER_PORT))
+
+
+def test_tp4dp2_replicas_behind_the_gateway_survive_a_killed_replica(host):
+    model = ROOT / "tests" / "fixtures" / "models" / GW_MODEL
+    tar = subprocess.run(["tar", "-C", str(model), "-cf", "-", "."], capture_output=True, check=True).stdout
+    host.ssh("mkdir -p /srv/models/%s" % GW_MODEL)
+    subprocess.run(["ssh", "-F", "/dev/null", "-i", str(SSH_KEY), "-p", str(SSH_PORT), "-o", "BatchMode=yes",
+                    "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+                    "root@127.0.0.1", "tar -C /srv/models/%s -xf -" % GW_MODEL], input=tar, check=True, timeout=60)
+    try:
+        rc, out = host.relaunch("-e", "layout=tp4dp2", "-e", "topolaunch_model_path=/srv/models/" + GW_MODEL)
+        assert rc == 0, out[-6000:]
+        assert "topolaunch-sglang@1.service on GPUs 4,5,6,7 port %d NUMA 1" % (SERVER_PORT + 2) in out
+        units = {}
+        for i in (0, 1):
+            unit = "topolaunch-sglang@%d.service" % i
+            assert host.ssh("systemctl is-active %s" % unit).strip() == "active"
+            cmd = host.ssh("systemctl show -p ExecStart --value %s" % unit)
+            numa = re.search(r"--numa-node ([0-9 ]+)", cmd.replace(" ; ", " ")).group(1).split()
+            assert set(numa) == {str(i)}, cmd
+            units[i] = json.loads(host.ssh("cat /var/lib/topolaunch/replica-%d/current_plan.json" % i))
+        assert [units[i]["gpu_indices"] for i in (0, 1)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+        assert host.ssh("systemctl is-active topolaunch-gateway.service").strip() == "active"
+        assert host.ssh("systemctl is-active %s || true" % UNIT).strip() != "active"
+        ports = [units[i]["port"] for i in (0, 1)]
+        before = [_replica_requests(host, p) for p in ports]
+        assert [_ask_gateway(host, i) for i in range(16)] == ["200"] * 16
+        grown = [_replica_requests(host, p) - b for p, b in zip(ports, before)]
+        assert all(g > 0 for g in grown), grown
+        # one replica SIGKILLed: the gateway routes around it, systemd brings it back, the gateway uses it again
+        host.ssh("systemctl kill -s SIGKILL topolaunch-sglang@1.service")
+        assert [_ask_gateway(host, 100 + i) for i in range(8)] == ["200"] * 8
+        deadline = 90
+        for k in range(deadline):
+            before1 = _replica_requests(host, ports[1]) if host.healthy(ports[1]) else None
+            if before1 is not None:
+                assert [_ask_gateway(host, 200 + 8 * k + j) for j in range(8)] == ["200"] * 8
+                if _replica_requests(host, ports[1]) > before1:
+                    break
+            host.ssh("sleep 1")          # one poll a second, bounded by the deadline
+        else:
+            pytest.fail("the restarted replica was not used again within %d s" % deadline)
+    finally:
+        rc, out = host.relaunch("-e", "layout=tp8")
+        assert rc == 0, out[-6000:]
+        assert host.ssh("ls /etc/systemd/system | grep -c 'topolaunch-sglang@\\|topolaunch-gateway' || true").strip() == "0"
