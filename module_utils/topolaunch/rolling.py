@@ -17,7 +17,8 @@ import urllib.error
 import urllib.request
 
 __all__ = ["RollingError", "LAYOUT_KEYS", "drain_timeout", "layout", "decide", "Gateway", "in_flight", "replica_loads",
-           "drain"]
+           "drain",
+           "STEPS", "sequence", "failed"]
 
 # What makes a replica's place in the layout: changing any of these is a layout change.
 LAYOUT_KEYS = ("index", "host", "port", "gpu_indices", "numa_nodes")
@@ -66,6 +67,23 @@ def decide(running, wanted, gateway):
                                          "is down until the new replicas are healthy" % what}
     return {"mode": "rolling", "reason": "the layout is unchanged: %d replicas are replaced one at a time behind "
                                          "the gateway" % n_new}
+
+
+# One replica's turn in a rolling relaunch, in order; the other replicas serve meanwhile.
+STEPS = ("remove", "drain", "cleanup", "launch", "health", "add")
+
+
+def sequence(wanted):
+    """The rolling relaunch as (replica index, step) pairs: each replica's STEPS in turn, lowest index first."""
+    return [(int(r["index"]), step) for r in sorted(wanted or [], key=lambda r: int(r["index"])) for step in STEPS]
+
+
+def failed(replica, step, why, done):
+    """The one-line failure of a rolling relaunch stopped at `replica`'s `step`: it names the replica (unit and
+    index), what failed, and which replicas were replaced before it (`done`) and which were left untouched."""
+    return ("rolling relaunch stopped at replica %s (%s), step %s: %s; it was rolled back to its last good plan, "
+            "replicas replaced before it: %s" % (replica.get("index"), replica.get("unit"), step, why,
+                                                 ", ".join(str(i) for i in done) or "none"))
 
 
 def _moved(running, wanted):

@@ -132,3 +132,17 @@ def test_drain_past_the_timeout_fails_naming_the_replica_and_the_field():
         rolling.drain(lambda: {"loads": [{"num_running_reqs": 2}]}, "http://r0", 5, clock=clock, wait=clock.wait,
                       interval=1)
     assert clock.now == 5
+
+
+def test_the_sequence_takes_one_replica_through_every_step_before_the_next():
+    seq = rolling.sequence([TWO[1], TWO[0]])
+    assert seq[:6] == [(0, s) for s in rolling.STEPS] and seq[6:] == [(1, s) for s in rolling.STEPS]
+    assert rolling.STEPS.index("remove") < rolling.STEPS.index("drain") < rolling.STEPS.index("cleanup")
+    assert rolling.STEPS[-2:] == ("health", "add")          # back in the gateway only once healthy
+
+
+def test_a_failure_names_the_replica_and_what_was_done_before_it():
+    msg = rolling.failed(TWO[1], "health", "no /health answer in 600 s", [0])
+    assert "replica 1 (topolaunch-sglang@1.service), step health" in msg and "before it: 0" in msg
+    assert "\n" not in msg
+    assert rolling.failed(TWO[0], "drain", "x", []).endswith("before it: none")
