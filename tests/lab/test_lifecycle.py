@@ -270,6 +270,17 @@ def test_tp4dp2_replicas_behind_the_gateway_survive_a_killed_replica(host):
         assert [_ask_gateway(host, i) for i in range(16)] == ["200"] * 16
         grown = [_replica_requests(host, p) - b for p, b in zip(ports, before)]
         assert all(g > 0 for g in grown), grown
+        # bad input: one line naming the field, before anything stops
+        before_ids = host.ssh("systemctl show -p InvocationID --value topolaunch-sglang@0.service topolaunch-gateway.service")
+        for extra, field in ((["-e", '{"topolaunch_replica_ports": [%d, %d]}' % (SERVER_PORT, SERVER_PORT + 5)],
+                              "topolaunch_replica_ports[0]: port %d is the gateway's port" % SERVER_PORT),
+                             (["-e", "topolaunch_gateway=always", "-e", "topolaunch_gateway_version=9.9"],
+                              "topolaunch_gateway_version: '9.9' is not in topolaunch_gateway_releases")):
+            rc, out = host.relaunch("-e", "layout=tp4dp2", "-e", "topolaunch_model_path=/srv/models/" + GW_MODEL, *extra)
+            assert rc != 0 and field in out, out[-4000:]
+            assert "Traceback" not in out
+        assert host.ssh("systemctl show -p InvocationID --value topolaunch-sglang@0.service "
+                        "topolaunch-gateway.service") == before_ids
         # one replica SIGKILLed: the gateway routes around it, systemd brings it back, the gateway uses it again
         host.ssh("systemctl kill -s SIGKILL topolaunch-sglang@1.service")
         assert [_ask_gateway(host, 100 + i) for i in range(8)] == ["200"] * 8
