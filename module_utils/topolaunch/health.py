@@ -633,7 +633,8 @@ def check(unit, plan_path, last_good_path, invocation_id=None, known="started", 
         if mode == "record":
             warnings = []
             changed = record_last_good(text, last_good_path, check_mode=check_mode, owner=owner, warnings=warnings)
-            return {"state": "recorded", "plan": plan, "last_good_changed": changed, "warnings": warnings}
+            return dict({"state": "recorded", "plan": plan, "last_good_changed": changed},
+                        **({"warnings": warnings} if warnings else {}))
         result = wait_chunk(unit, plan.get("host") or "127.0.0.1", plan["port"], invocation_id=invocation_id,
                             known=known, chunk_s=chunk_s, startup_timeout=startup_timeout,
                             journal_lines=journal_lines, run=run, clock=clock, sleep=sleep,
@@ -649,9 +650,11 @@ def check(unit, plan_path, last_good_path, invocation_id=None, known="started", 
             problem = health_nodes.rank_problem(unit, plan, proc_root)
             if problem:
                 raise HealthError(problem, dict(result, state="ranks"))
+            warnings = []
             result["last_good_changed"] = (record_last_good(text, last_good_path, check_mode=check_mode, owner=owner,
-                                                            warnings=result.setdefault("warnings", []))
-                                           if record else False)
+                                                            warnings=warnings) if record else False)
+            if warnings:
+                result["warnings"] = warnings
             result["verified"] = True
         if not record:
             result.update(_last_good(last_good_path, plan))
