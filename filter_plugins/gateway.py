@@ -3,6 +3,7 @@ module sglang_plan adds replicas and gateway to a plan).
 
     replicas: "{{ plan | topolaunch.sglang.replica_servers(state_dir, env_file) }}"
     stale: "{{ unit_files | topolaunch.sglang.stale_units(plan, single_unit, template, gateway_unit) }}"
+    watched: "{{ plan | topolaunch.sglang.watched_servers(single_unit, state_dir, env_file) }}"
 """
 import os
 
@@ -29,6 +30,16 @@ def replica_servers(plan, state_dir, env_file):
                     "state_dir": replica_state_dir(state_dir, r["index"]),
                     "env_file": replica_env_file(env_file, r["index"])})
     return out
+
+
+def watched_servers(plan, single_unit, state_dir, env_file):
+    """What the watchdog probes and restarts (issue 23: per replica when there are replicas): [{unit, current_plan}]
+    of each replica of a served plan (its own state directory's record), else of the one server."""
+    replicas_ = replica_servers(plan, state_dir, env_file)
+    if replicas_:
+        return [{"unit": r["unit"], "current_plan": os.path.join(r["state_dir"], "current_plan.json")}
+                for r in replicas_]
+    return [{"unit": single_unit, "current_plan": os.path.join(str(state_dir), "current_plan.json")}]
 
 
 def stale_units(unit_files, plan, single_unit, template=replicas.UNIT_TEMPLATE, gateway_unit=gateway.UNIT_NAME):
@@ -61,4 +72,4 @@ class FilterModule:
     """topolaunch.sglang gateway and replica filters."""
 
     def filters(self):
-        return {"replica_servers": replica_servers, "stale_units": stale_units}
+        return {"replica_servers": replica_servers, "stale_units": stale_units, "watched_servers": watched_servers}

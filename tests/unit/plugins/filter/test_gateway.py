@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from plan_cases import model_path, synth_facts
-from ansible_collections.topolaunch.sglang.plugins.filter.gateway import FilterModule, replica_servers, stale_units
+from ansible_collections.topolaunch.sglang.plugins.filter.gateway import FilterModule, replica_servers, stale_units, watched_servers
 from ansible_collections.topolaunch.sglang.plugins.module_utils import gateway, planner
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
@@ -56,5 +56,18 @@ def test_the_other_shape_is_stale(field):
     assert stale_units([], served, single) == []
 
 
+def test_the_watchdog_watches_each_replica_or_the_one_server(field):
+    """Issue 23 item 4: per replica when there are replicas (the watchdog read the one server's record, stale once
+    the box served replicas)."""
+    plan, facts = field()
+    served = gateway_serve(plan, facts)
+    args = ("topolaunch-sglang.service", "/var/lib/topolaunch", "/etc/topolaunch/sglang.env")
+    assert watched_servers(served, *args) == [
+        {"unit": "topolaunch-sglang@0.service", "current_plan": "/var/lib/topolaunch/replica-0/current_plan.json"},
+        {"unit": "topolaunch-sglang@1.service", "current_plan": "/var/lib/topolaunch/replica-1/current_plan.json"}]
+    one = [{"unit": "topolaunch-sglang.service", "current_plan": "/var/lib/topolaunch/current_plan.json"}]
+    assert watched_servers(plan, *args) == one and watched_servers({}, *args) == one
+
+
 def test_filters_are_registered():
-    assert set(FilterModule().filters()) == {"replica_servers", "stale_units"}
+    assert set(FilterModule().filters()) == {"replica_servers", "stale_units", "watched_servers"}
