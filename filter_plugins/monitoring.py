@@ -8,8 +8,8 @@ the stage from running (checked on the controller before anything changes on a h
     settings | topolaunch.sglang.monitoring_rules                                    -> the rules file (a mapping)
 
 The targets (one rule, here): every SGLang server of `sglang_servers` (node 0 of a server across nodes: the only
-node that serves the API and /metrics; one target per port of `topolaunch_replica_ports` when a host runs
-replicas), the gateway of a host that sets `topolaunch_gateway_metrics_port`, and on every host of `gpu_hosts` a node
+node that serves the API and /metrics; one target per replica when this run's plan (topolaunch_plan) serves
+replicas, else per port of `topolaunch_replica_ports`), the gateway of a host that sets `topolaunch_gateway_metrics_port`, and on every host of `gpu_hosts` a node
 exporter and a GPU exporter. Each listens at its host's `monitoring_listen_address` (the server at
 `topolaunch_host`); Prometheus scrapes that address, or the host's `ansible_host` when it is a wildcard.
 """
@@ -89,13 +89,21 @@ def _endpoints(hostvars, groups):
         nodes = _var(hostvars, host, "topolaunch_nodes", []) or []
         if len(nodes) >= 2 and host != nodes[0]:
             continue  # a worker node serves only SGLang's dummy health check, no /metrics
+        plan = _var(hostvars, host, "topolaunch_plan", {}) or {}
+        served = [r for r in (plan.get("replicas") or []) if isinstance(r, dict)] if isinstance(plan, dict) else []
         replicas = _var(hostvars, host, "topolaunch_replica_ports", []) or []
-        for port in replicas or [_var(hostvars, host, "topolaunch_port", 30000)]:
+        if served:      # this run's plan serves replicas (topolaunch_gateway): each replica where the plan put it
+            for r in served:
+                add("sglang", host, "topolaunch_host", "topolaunch_replica_ports", r.get("unit"),
+                    port_value=r.get("port"), address_value=_var(hostvars, host, "topolaunch_host", "127.0.0.1"))
+        for port in [] if served else replicas or [_var(hostvars, host, "topolaunch_port", 30000)]:
             add("sglang", host, "topolaunch_host", "topolaunch_replica_ports" if replicas else "topolaunch_port",
                 _var(hostvars, host, "topolaunch_unit_name", "topolaunch-sglang.service"), port_value=port,
                 address_value=_var(hostvars, host, "topolaunch_host", "127.0.0.1"))
-        if _var(hostvars, host, "topolaunch_gateway_metrics_port") is not None:
-            add("sglang-gateway", host, "topolaunch_host", "topolaunch_gateway_metrics_port", None,
+        if _var(hostvars, host, "topolaunch_gateway_metrics_port") is not None or (served and plan.get("gateway")):
+            add("sglang-gateway", host, "topolaunch_host", "topolaunch_gateway_metrics_port",
+                (plan.get("gateway") or {}).get("unit") if served else None,
+                port_value=_var(hostvars, host, "topolaunch_gateway_metrics_port", 29000),
                 address_value=_var(hostvars, host, "topolaunch_host", "127.0.0.1"))
     for host in gpu_hosts:
         if not HOSTNAME.match(str(host)):

@@ -44,6 +44,20 @@ def test_the_inventory_ports_replicas_gateway_and_wildcards():
     assert m.monitoring_problems(["mon"], hv, GROUPS) == []
 
 
+def test_the_replicas_this_runs_plan_serves_and_their_gateway_are_scraped():
+    """Issue 23 item 2 with replicas: the plan puts the replicas on their ports (the inventory does not say)."""
+    plan = {"replicas": [{"index": 0, "unit": "topolaunch-sglang@0.service", "port": 30001},
+                         {"index": 1, "unit": "topolaunch-sglang@1.service", "port": 30002}],
+            "gateway": {"unit": "topolaunch-gateway.service", "port": 30000}}
+    jobs = {j["job_name"]: j for j in m.monitoring_scrape_configs(["mon"], hostvars(field={"topolaunch_plan": plan}),
+                                                                  GROUPS)}
+    assert [c["targets"][0] for c in jobs["sglang"]["static_configs"]] == ["10.0.0.1:30001", "10.0.0.1:30002"]
+    assert jobs["sglang-gateway"]["static_configs"][0]["targets"] == ["10.0.0.1:29000"]
+    single = {j["job_name"]: j for j in m.monitoring_scrape_configs(
+        ["mon"], hostvars(field={"topolaunch_plan": {"port": 30000}}), GROUPS)}
+    assert list(single) == ["sglang", "node", "gpu"]
+
+
 def test_a_server_across_nodes_is_scraped_on_node_0_only():
     groups = dict(GROUPS, sglang_servers=["field", "naive"])
     nodes = {"topolaunch_nodes": ["field", "naive"]}
