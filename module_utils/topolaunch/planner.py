@@ -467,7 +467,7 @@ def _model_warnings(model, values, facts):
         warnings.append("moe_runner_backend / moe_a2a_backend are set but the model has no experts")
     sparse = [name for name in facts.SPARSE_ATTENTION_BACKENDS if values.get(name)]
     if not model["nsa"] and sparse:
-        warnings.append("%s only apply to DSA (NSA) models such as GLM-5 and DeepSeek V3.2" % " / ".join(sparse))
+        warnings.append("%s only apply to models with DSA (NSA) sparse attention; this model has none" % " / ".join(sparse))
     return warnings
 
 

@@ -429,10 +429,12 @@ def test_sparse_attention_backend_warning_names_the_versions_fields(vnuma):
     assert F523.SPARSE_ATTENTION_BACKENDS == ["dsa_decode_backend", "dsa_prefill_backend"]
     plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("llama-3.1-70b"), layout="tp8",
                                             sglang_version="0.5.23", server_args={"dsa_prefill_backend": "flashmla_sparse"}))
-    assert any(w.startswith("dsa_prefill_backend only apply to DSA") for w in plan["warnings"]), plan["warnings"]
+    assert ("dsa_prefill_backend only apply to models with DSA (NSA) sparse attention; this model has none"
+            in plan["warnings"]), plan["warnings"]
     plan = planner.plan(planner.PlanRequest(topology=vnuma, model_path=model_path("llama-3.1-70b"), layout="tp8",
                                             server_args={"nsa_decode_backend": "flashmla_sparse"}))
-    assert any(w.startswith("nsa_decode_backend only apply to DSA") for w in plan["warnings"]), plan["warnings"]
+    assert ("nsa_decode_backend only apply to models with DSA (NSA) sparse attention; this model has none"
+            in plan["warnings"]), plan["warnings"]
 
 
 def test_what_pp_refuses_is_the_versions(vnuma):
