@@ -1,3 +1,4 @@
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The stdout callback topolaunch's ansible.cfg sets: Ansible's default callback, briefer at verbosity 0."""
 from __future__ import annotations
 

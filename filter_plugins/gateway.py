@@ -46,7 +46,7 @@ def stale_units(unit_files, plan, single_unit, template=replicas.UNIT_TEMPLATE, 
     """The units of ours on the host (`unit_files`: names or paths in the unit directory) that the plan does not
     run, the other shape's: with replicas, the single unit and replica instances beyond the plan's; without, every
     replica instance and the gateway. Each: {unit, index (a replica's, else None)}."""
-    prefix, _, suffix = str(template).partition("@")
+    prefix, _at, suffix = str(template).partition("@")
     wanted = {r["unit"] for r in (plan or {}).get("replicas") or []}
     if (plan or {}).get("gateway"):
         wanted.add(gateway_unit)

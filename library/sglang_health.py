@@ -61,7 +61,9 @@ options:
       failed (a chunk that is still waiting keeps it); unset = none. Only a holder of O(release_lock_owner)'s run.
     type: path
   release_lock_owner:
-    description: The run whose lock O(release_lock) ends (the launch's O(topolaunch.sglang.sglang_launch#module:relaunch_lock.owner)); another run's lock is left held.
+    description:
+      - The run whose lock O(release_lock) ends (the launch's
+        O(topolaunch.sglang.sglang_launch#module:relaunch_lock.owner)); another run's lock is left held.
     type: str
     default: ""
   record:

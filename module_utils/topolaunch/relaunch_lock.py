@@ -51,8 +51,8 @@ def holder(path):
 def describe(held):
     """One line naming a holder: pid, since when (UTC), for which run."""
     since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(held.since)) if held.since else "?"
-    return "pid %d since %s, for %s" % (held.pid, since, held.owner if held.owner not in ("", "-")
-                                          else "a run that did not name itself")
+    owner = held.owner if held.owner not in ("", "-") else "a run that did not name itself"
+    return "pid %d since %s, for %s" % (held.pid, since, owner)
 
 
 def _end(held):
@@ -98,8 +98,8 @@ def _hold(path, seconds, ready_fd, owner):
         fcntl.flock(fd, fcntl.LOCK_EX)
         deadline = time.time() + seconds
         os.ftruncate(fd, 0)
-        os.write(fd, ("%d %s %.3f %.3f %s\n" % (os.getpid(), _starttime(os.getpid()), deadline, time.time(),
-                                                 _owner(owner))).encode())
+        line = "%d %s %.3f %.3f %s\n" % (os.getpid(), _starttime(os.getpid()), deadline, time.time(), _owner(owner))
+        os.write(fd, line.encode())
         os.write(ready_fd, b"held")
         os.close(ready_fd)
         while time.time() < deadline:

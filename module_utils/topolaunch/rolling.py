@@ -12,6 +12,7 @@ background), DELETE /workers/{id} (202), GET /get_loads ({"loads": [{"worker", "
 drain polls the replica's own SGLang GET /v1/loads (same entries, no "worker"). Plain Python 3.9+ stdlib.
 """
 import json
+import math
 import time
 import urllib.error
 import urllib.request
@@ -34,7 +35,7 @@ def drain_timeout(value, field="topolaunch_drain_timeout"):
         seconds = float(str(value).strip())
     except (TypeError, ValueError):
         raise RollingError("%s: %r is not a number of seconds" % (field, value)) from None
-    if not seconds > 0 or seconds != seconds or seconds == float("inf"):
+    if not math.isfinite(seconds) or seconds <= 0:
         raise RollingError("%s: %r must be a number of seconds > 0" % (field, value))
     return seconds
 
@@ -110,7 +111,7 @@ class Gateway:
         self.base = str(base).rstrip("/")
         self.api_key = api_key
         self.timeout = timeout
-        self._open = opener or urllib.request.urlopen
+        self._open = opener or urllib.request.build_opener().open
 
     def _call(self, method, path, body=None):
         data = None if body is None else json.dumps(body).encode()
