@@ -20,7 +20,7 @@ import select
 import signal
 import time
 
-__all__ = ["acquire", "release", "holder", "describe", "RELAUNCH_LOCK"]
+__all__ = ["acquire", "release", "holder", "held_by", "describe", "RELAUNCH_LOCK"]
 
 Holder = collections.namedtuple("Holder", "pid start deadline since owner")
 
@@ -70,6 +70,12 @@ def _end(held):
 def _owner(owner):
     """An owner as the lock file keeps it: one line, words single-spaced, "-" for none."""
     return " ".join(str(owner).split()) or "-"
+
+
+def held_by(path, owner):
+    """Whether a live holder of `owner`'s run holds the lock."""
+    held = holder(path)
+    return held is not None and held.owner == _owner(owner)
 
 
 def release(path, owner=None):
