@@ -12,9 +12,9 @@ Layouts measured already are not measured again unless `remeasure`; a layout tha
 """
 import math
 
-from . import plan_perf
+from . import plan_perf, tune_start
 from .plan_fit import of_this_machine, plan_with_fit
-from .planner import PlanError
+from .planner import SGLANG_FACTS, PlanError
 
 # sglang_plan's options that only a tune reads (tune_plan's keywords).
 TUNE_OPTIONS = ("failures", "tune_max", "tune_remeasure", "tune_layouts")
@@ -135,5 +135,9 @@ def tune_plan(request, failures=None, tune_max=3, tune_remeasure=False, tune_lay
     if selection["reasons"]:
         raise PlanError(selection["reasons"], {"candidates": result["candidates"],
                                                "topology_fingerprint": result["topology_fingerprint"]})
-    selection["report"] = report_lines(selection)
+    # what the starts cost (tune_start.py): the candidates start cheaper, for the bench's batch size only
+    selection["start"] = tune_start.tune_cost(
+        SGLANG_FACTS[result["sglang_version"]], result["memory"]["gpu_memory_bytes"], result["candidates"],
+        selection["measure"], request.server_args or {}, [int(result["workload"]["concurrency"])])
+    selection["report"] = report_lines(selection) + tune_start.cost_lines(selection["start"])
     return result, fit, selection
