@@ -2,10 +2,11 @@
 
 Plain Python 3.9+ stdlib. A start is (the parts the plan predicts, before anything runs):
 
+    other       what every start spends besides (OTHER_S)
     weights     the checkpoint read: the bytes one replica's ranks hold (weights per GPU x tp x pp; replicas read
-                the same files at once) at READ_BYTES_PER_S, MULTITHREAD_SPEEDUP times faster with the release's
-                multi-threaded loader (LOADER facts: model_loader_extra_config {"enable_multithread_load": true};
-                0.5.9 loads single-threaded by default, 0.5.23 multi-threaded)
+                the same files at once) at THREADED_READ_BYTES_PER_S with the release's multi-threaded loader
+                (LOADER facts: model_loader_extra_config {"enable_multithread_load": true}; 0.5.9 loads
+                single-threaded by default, 0.5.23 multi-threaded), MULTITHREAD_SPEEDUP times slower without
     capture     CUDA-graph capture: CAPTURE_S_PER_SIZE for each batch size (decode) or token count (0.5.23's
                 prefill graph) the release captures, the lists read from its source (CUDA_GRAPH facts, through
                 planner.sglang_memory_defaults: e.g. 52 decode sizes up to 512 on 96 GB GPUs at tp >= 4)
@@ -17,22 +18,25 @@ SGLang pads to the next captured size) and with the multi-threaded loader where 
 winner is launched afterwards with the normal settings (the operator's server args only). A server arg the
 operator set for these (the graph's sizes, its max size, graphs off, the loader's config) is kept.
 
-The figures (stated; a box differs): the field's knowledge base (known_combinations.KB_NAME) reports a start of
-7-8 minutes for GLM-5 NVFP4 (440 GB checkpoint) on 8 RTX PRO 6000, ~208 s of it CUDA-graph capture. Taken as 52
-decode sizes (TP 8 on 96 GB GPUs, both releases' lists) at 4 s each, and the other ~242 s as the single-threaded
-read of 440 GB (everything else of the start included). MULTITHREAD_SPEEDUP is an assumption, not a measurement
-(8 reader threads on NVMe against one).
+The figures (stated; a box differs) are the field's knowledge base's (known_combinations.KB_NAME, Startup time):
+GLM-5 NVFP4 (440 GB) on 8 RTX PRO 6000 starts in 7-8 minutes, of which the multi-threaded load (16 threads) takes
+~36 s and CUDA-graph capture ~208 s. That launch captured --cuda-graph-max-bs 32 with NEXTN: the speculative list
+1-8, 10-32 by 2 (20 sizes, draft graphs included), so a size costs ~10 s there (an upper bound without speculative
+decoding). The rest (~206 s: process start, kernel JIT, NCCL, the KV pool) is the same for every start. The
+single-threaded read is MULTITHREAD_SPEEDUP times slower: an assumption, not a measurement.
 """
 import json
 
 from . import planner
 
-KB_START_S = 450.0          # "a start takes 7-8 minutes"
-KB_CAPTURE_S = 208.0        # "of which CUDA-graph capture is ~208 s"
-KB_CAPTURED_SIZES = 52      # decode sizes up to 512 (TP 8, 96 GB GPUs): [1, 2, 4, 8, 12] + 16..256/8 + 272..496/16 + 512
-KB_CHECKPOINT_BYTES = 440e9  # GLM-5 NVFP4's model.safetensors.index.json total_size
+KB_START_S = 450.0           # "Total startup ~7-8 minutes"
+KB_LOAD_S = 36.0             # "Model load (multithread, 16 threads) ~36 seconds"
+KB_CAPTURE_S = 208.0         # "CUDA graph capture ~208 seconds"
+KB_CAPTURED_SIZES = 20       # --cuda-graph-max-bs 32 with speculative decoding: list(range(1, 9)) + range(10, 33, 2)
+KB_CHECKPOINT_BYTES = 440e9  # GLM-5 NVFP4's model.safetensors.index.json total_size ("NVFP4 weights: ~440 GB")
 CAPTURE_S_PER_SIZE = KB_CAPTURE_S / KB_CAPTURED_SIZES
-READ_BYTES_PER_S = KB_CHECKPOINT_BYTES / (KB_START_S - KB_CAPTURE_S)
+OTHER_S = KB_START_S - KB_LOAD_S - KB_CAPTURE_S
+THREADED_READ_BYTES_PER_S = KB_CHECKPOINT_BYTES / KB_LOAD_S
 MULTITHREAD_SPEEDUP = 2.0
 
 
@@ -49,15 +53,16 @@ def _multithreaded(loader, values):
 
 def start_parts(facts, gpu_bytes, layout, weights_per_gpu_bytes, values):
     """The predicted start of `layout` ({tp, pp}) under these server args (field names) with the SGLang release of
-    `facts`: {weights_s, multithread, decode_sizes, prefill_sizes (counts), capture_s, total_s}."""
+    `facts`: {other_s, weights_s, multithread, decode_sizes, prefill_sizes (counts), capture_s, total_s}."""
     tp, pp = layout["tp"], layout["pp"]
     defaults = planner.sglang_memory_defaults(gpu_bytes, tp, pp, values, facts)
     threaded = _multithreaded(facts.LOADER, values)
-    weights = weights_per_gpu_bytes * tp * pp / READ_BYTES_PER_S / (MULTITHREAD_SPEEDUP if threaded else 1.0)
+    weights = weights_per_gpu_bytes * tp * pp / THREADED_READ_BYTES_PER_S * (1.0 if threaded else MULTITHREAD_SPEEDUP)
     decode, prefill = len(defaults["decode_graph_sizes"]), len(defaults["prefill_graph_sizes"])
     capture = (decode + prefill) * CAPTURE_S_PER_SIZE
-    return {"weights_s": round(weights, 1), "multithread": threaded, "decode_sizes": decode,
-            "prefill_sizes": prefill, "capture_s": round(capture, 1), "total_s": round(weights + capture, 1)}
+    return {"other_s": round(OTHER_S, 1), "weights_s": round(weights, 1), "multithread": threaded,
+            "decode_sizes": decode, "prefill_sizes": prefill, "capture_s": round(capture, 1),
+            "total_s": round(OTHER_S + weights + capture, 1)}
 
 
 def candidate_server_args(facts, values, batch_sizes):
@@ -94,8 +99,8 @@ def tune_cost(facts, gpu_bytes, candidates, measure, values, batch_sizes):
     return {"batch_sizes": sorted(set(batch_sizes)), "server_args": extra, "layouts": layouts,
             "candidates_s": round(spent, 1), "saved_s": round(normal - spent, 1), "winner_s": round(winner, 1),
             "total_s": round(spent + winner, 1),
-            "figures": {"capture_s_per_size": round(CAPTURE_S_PER_SIZE, 2),
-                        "read_gb_per_s": round(READ_BYTES_PER_S / 1e9, 2),
+            "figures": {"capture_s_per_size": round(CAPTURE_S_PER_SIZE, 2), "other_s": round(OTHER_S, 1),
+                        "threaded_read_gb_per_s": round(THREADED_READ_BYTES_PER_S / 1e9, 2),
                         "multithread_speedup": MULTITHREAD_SPEEDUP}}
 
 
@@ -111,7 +116,9 @@ def cost_lines(cost):
                          cand["decode_sizes"] + cand["prefill_sizes"], cand["capture_s"], norm["total_s"],
                          norm["weights_s"], norm["decode_sizes"] + norm["prefill_sizes"], norm["capture_s"]))
     lines.append("tune: predicted starts %.0f s for the candidates (%.0f s saved) + %.0f s for the winner's launch "
-                 "= %.0f s, benches not counted (%.2f s per captured size, %.2f GB/s read: %s figures)" % (
+                 "= %.0f s, benches not counted (the field box's figures: %.0f s per start besides, %.1f s per "
+                 "captured size, %.1f GB/s threaded read)" % (
                      cost["candidates_s"], cost["saved_s"], cost["winner_s"], cost["total_s"],
-                     cost["figures"]["capture_s_per_size"], cost["figures"]["read_gb_per_s"], "the field box's"))
+                     cost["figures"]["other_s"], cost["figures"]["capture_s_per_size"],
+                     cost["figures"]["threaded_read_gb_per_s"]))
     return lines

@@ -1,6 +1,8 @@
 """module_utils/tune_start.py: a start's parts (weights read, CUDA-graph capture per size from the release's lists)
 and a tune candidate's cheaper start (the bench's batch size only, the multi-threaded loader where it is off)."""
 import json
+import pathlib
+import zipfile
 
 import pytest
 
@@ -11,6 +13,7 @@ LAB = {"input_len": 64, "output_len": 16, "concurrency": 4}
 F059, F523 = planner.SGLANG_FACTS["0.5.9"], planner.SGLANG_FACTS["0.5.23"]
 GPU = 97887 << 20   # an RTX PRO 6000's memory
 TP8 = {"tp": 8, "pp": 1}
+WHEEL_0523 = next((pathlib.Path(__file__).resolve().parents[4] / "build" / "wheels").glob("sglang-0.5.23-*.whl"))
 
 
 @pytest.fixture(scope="module")
@@ -19,13 +22,17 @@ def vnuma(tmp_path_factory):
 
 
 def test_the_figures_are_the_field_boxs():
-    # the knowledge base's 208 s of capture over the 52 decode sizes both releases capture up to 512
-    for facts in (F059, F523):
-        assert len(planner.capture_sizes(facts.CUDA_GRAPH["capture_bs"], 512)) == tune_start.KB_CAPTURED_SIZES
-    assert tune_start.CAPTURE_S_PER_SIZE * tune_start.KB_CAPTURED_SIZES == pytest.approx(tune_start.KB_CAPTURE_S)
-    normal = tune_start.start_parts(F059, GPU, TP8, tune_start.KB_CHECKPOINT_BYTES / 8, {})
-    assert normal["decode_sizes"] == 52 and normal["prefill_sizes"] == 0 and not normal["multithread"]
-    assert normal["total_s"] == pytest.approx(tune_start.KB_START_S)
+    # the knowledge base's launch: --cuda-graph-max-bs 32 with NEXTN, whose list 0.5.23's source gives
+    hook = zipfile.ZipFile(str(WHEEL_0523)).read("sglang/srt/arg_groups/cuda_graph_hook.py").decode()
+    assert "list(range(1, 9, 1))\n            + list(range(10, 33, 2))" in hook
+    assert len(list(range(1, 9)) + list(range(10, 33, 2))) == tune_start.KB_CAPTURED_SIZES
+    # its multi-threaded load, capture and the rest make its start; read single-threaded the load is slower
+    kb = tune_start.start_parts(F523, GPU, TP8, tune_start.KB_CHECKPOINT_BYTES / 8,
+                                {"cuda_graph_bs_decode": list(range(1, 21)), "disable_prefill_cuda_graph": True})
+    assert kb["multithread"] and kb["total_s"] == pytest.approx(tune_start.KB_START_S)
+    single = tune_start.start_parts(F059, GPU, TP8, tune_start.KB_CHECKPOINT_BYTES / 8, {})
+    assert not single["multithread"] and single["weights_s"] == pytest.approx(
+        tune_start.KB_LOAD_S * tune_start.MULTITHREAD_SPEEDUP)
 
 
 def test_each_release_captures_its_own_lists():
