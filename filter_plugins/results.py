@@ -4,7 +4,10 @@ plugin_utils/results.py).
     plan | topolaunch.sglang.results_fingerprint          the fingerprint a plan's results are filed under
     concurrency | topolaunch.sglang.bench_points(workload_concurrency, prompts_per_concurrency, min_prompts)
     candidates | topolaunch.sglang.sweep_layouts(top)      the layouts a sweep measures by default
+    point | topolaunch.sglang.slo_verdict(slo)              whether a measured point met the workload's SLO
 """
+from ansible_collections.topolaunch.sglang.plugins.module_utils.plan_score import measured_slo_misses
+from ansible_collections.topolaunch.sglang.plugins.module_utils.planner import describe_slo
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils.results import filed_under
 
 
@@ -33,9 +36,17 @@ def sweep_layouts(candidates, top):
     return names
 
 
+def slo_verdict(point, slo):
+    """One line: whether a measured point (results: ttft_p99_ms, tpot_p50_ms, ...) met the SLO (the plan's
+    workload.slo, percentiles filled in), judged on the SLO's percentiles as the planner judges it."""
+    misses = measured_slo_misses(slo, point)
+    verdict = "missed: " + ", ".join(misses) if misses else "met"
+    return "concurrency %s: SLO %s %s" % (point.get("max_concurrency"), describe_slo(slo), verdict)
+
+
 class FilterModule:
     """topolaunch.sglang results filters."""
 
     def filters(self):
         return {"results_fingerprint": results_fingerprint, "bench_points": bench_points,
-                "sweep_layouts": sweep_layouts}
+                "sweep_layouts": sweep_layouts, "slo_verdict": slo_verdict}

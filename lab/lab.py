@@ -126,9 +126,28 @@ def wait_for(condition, timeout, what):
 # Inventory
 
 
+class _InventoryLoader(yaml.SafeLoader):
+    """YAML as the lab reads an inventory file: a `!vault` value (an encrypted secret) is kept as its ciphertext, a
+    string; the lab never needs a secret."""
+
+
+_InventoryLoader.add_constructor("!vault", lambda loader, node: loader.construct_scalar(node))
+VAULT_HEADER = "$ANSIBLE_VAULT;"
+
+
 def _read_yaml(path):
+    """An inventory file's variables. A whole file encrypted with ansible-vault (a vault.yml) holds secrets only,
+    none of the lab's settings: it reads as empty, without its password."""
     with open(path, encoding="utf-8") as f:
-        data = yaml.safe_load(f)
+        text = f.read()
+    if text.lstrip().startswith(VAULT_HEADER):
+        return {}
+    try:
+        data = yaml.load(text, Loader=_InventoryLoader)  # noqa: S506 - a SafeLoader with one string constructor
+    except yaml.YAMLError as e:
+        raise LabError(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
+    if data is not None and not isinstance(data, dict):
+        raise LabError(f"{path}: expected a mapping of variables, found {type(data).__name__}")
     return data or {}
 
 

@@ -58,8 +58,12 @@ options:
   release_lock:
     description: The relaunch lock file whose holder (taken by M(topolaunch.sglang.sglang_launch)
       O(topolaunch.sglang.sglang_launch#module:relaunch_lock)) this call ends once the server is ready or the check
-      failed (a chunk that is still waiting keeps it); unset = none.
+      failed (a chunk that is still waiting keeps it); unset = none. Only a holder of O(release_lock_owner)'s run.
     type: path
+  release_lock_owner:
+    description: The run whose lock O(release_lock) ends (the launch's O(topolaunch.sglang.sglang_launch#module:relaunch_lock.owner)); another run's lock is left held.
+    type: str
+    default: ""
   record:
     description: Record a verified plan as the last known good one in this call (mode start).
     type: bool
@@ -260,6 +264,7 @@ ARGUMENT_SPEC = {
     "mode": {"type": "str", "choices": ["start", "serving", "record"], "default": "start"},
     "record": {"type": "bool", "default": True},
     "release_lock": {"type": "path"},
+    "release_lock_owner": {"type": "str", "default": ""},
     "invocation_id": {"type": "str", "default": ""},
     "known_milestone": {"type": "str", "default": "started"},
     "chunk_seconds": {"type": "float", "default": 20},
@@ -296,10 +301,10 @@ def main():
                        probe=probe)
     except HealthError as exc:
         if p["release_lock"] and not module.check_mode:
-            release(p["release_lock"])
+            release(p["release_lock"], p["release_lock_owner"])
         module.fail_json(msg=str(exc), stage="health", **exc.result)
     if p["release_lock"] and not module.check_mode and result.get("state") == "ready":
-        release(p["release_lock"])   # a chunk that is still waiting keeps it
+        release(p["release_lock"], p["release_lock_owner"])   # a chunk still waiting keeps it
     module.exit_json(changed=result.get("last_good_changed", False), stage="health", **result)
 
 

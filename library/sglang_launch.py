@@ -128,6 +128,17 @@ options:
         description: The longest the lock is held (a relaunch cut short frees it then).
         type: float
         required: true
+      owner:
+        description:
+          - The run taking it (the play, its controller, a run id). The same run takes its own lock again (a
+            rollback's validate); another run's is waited for up to O(relaunch_lock.wait) seconds, then the call
+            fails naming its holder (pid, since when, the run), before anything is stopped.
+        type: str
+        default: ""
+      wait:
+        description: Seconds to wait for another run's lock (or the watchdog's) before failing.
+        type: float
+        default: 120
   state:
     description: C(checked) validates and decides only (the validate stage); C(started) also writes and starts.
     type: str
@@ -273,7 +284,9 @@ ARGUMENT_SPEC = {
     "enabled": {"type": "bool"},
     "state": {"type": "str", "choices": ["checked", "started"], "default": "checked"},
     "relaunch_lock": {"type": "dict", "options": {"path": {"type": "path", "required": True},
-                                                  "seconds": {"type": "float", "required": True}}},
+                                                  "seconds": {"type": "float", "required": True},
+                                                  "owner": {"type": "str", "default": ""},
+                                                  "wait": {"type": "float", "default": 120.0}}},
     "journal_lines": {"type": "int", "default": DEFAULTS["journal_lines"]},
     "secret_env_keys": {"type": "list", "elements": "str", "default": ["HF_TOKEN", "TOPOLAUNCH_API_KEY"],
                         "no_log": False},
@@ -310,14 +323,14 @@ def main():
     lock = lock if lock and p["state"] == "checked" and not module.check_mode else None
     if lock:
         try:
-            acquire(lock["path"], lock["seconds"])
+            acquire(lock["path"], lock["seconds"], wait=lock["wait"], owner=lock["owner"])
         except OSError as exc:
-            module.fail_json(msg="relaunch_lock: %s" % exc, stage="validate")
+            module.fail_json(msg="relaunch_lock: %s; nothing was stopped" % exc, stage="validate")
     try:
         result = launch(p, check_mode=module.check_mode, clean=clean)
     except LaunchError as exc:
         if lock:
-            release(lock["path"])
+            release(lock["path"], lock["owner"])
         failure = {"stage": "validate" if p["state"] == "checked" else "launch"}
         failure.update(exc.result)
         if p["state"] == "started" and isinstance(p["plan"], dict) and p["plan"]:

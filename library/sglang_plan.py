@@ -87,6 +87,18 @@ options:
         reports). false leaves both out.
     type: bool
     default: true
+  api_key_set:
+    description:
+      - Whether the server will enforce an API key (topolaunch_api_key is set); the key itself never reaches the
+        planner. With O(host) 0.0.0.0 or C(::) and no key the plan is refused unless O(listen_without_api_key).
+    type: bool
+    default: false
+  listen_without_api_key:
+    description:
+      - The inventory's explicit opt-in to listening on every address without an API key
+        (topolaunch_listen_without_api_key); the plan then says so in a warning.
+    type: bool
+    default: false
   nnodes:
     description: Number of nodes.
     type: int
@@ -205,6 +217,12 @@ options:
       - What the server will serve, for the performance model's estimate and for which measurements rank
         (those at the same concurrency with lengths within 10%).
       - Keys C(input_len), C(output_len), C(concurrency), positive integers; default 1024, 1024, 128.
+      - C(concurrency) C(max) is as many requests as every replica's KV room and request cap admit (at most 1024
+        in all); measurements from that many requests in flight count.
+      - C(slo) C({ttft_ms, tpot_ms}) (either or both, positive; C(ttft_percentile) default 99, C(tpot_percentile)
+        default 50, each 50 or 99) plans each layout at the highest concurrency up to the workload's whose predicted
+        TTFT and TPOT meet it and ranks by throughput there; measurements count at or below the workload's
+        concurrency when their measured percentiles meet it.
     type: dict
   sglang_python:
     description: SGLang venv python for the printed command line (default /opt/sglang/venvs/<version>/bin/python).
@@ -334,6 +352,8 @@ ARGUMENT_SPEC = {
     "port": {"type": "int", "default": 30000},
     "served_model_name": {"type": "str"},
     "metrics": {"type": "bool", "default": True},
+    "api_key_set": {"type": "bool", "default": False},
+    "listen_without_api_key": {"type": "bool", "default": False},
     "nnodes": {"type": "int", "default": 1},
     "node_rank": {"type": "int", "default": 0},
     "dist_init_addr": {"type": "str"},

@@ -355,6 +355,69 @@ def plot_tune(tune, out_dir):
     return [path]
 
 
+def interactivity_series(tune, groups):
+    """Per layout of a tune with its GPU count: the predicted curve [(output tok/s per user, output tok/s per GPU)]
+    (the plan's interactivity_curve) and the measured points of the tune's model, topology and lengths
+    [(1000 / median TPOT, output tok/s / GPUs, concurrency)]."""
+    w = tune.get("workload") or {}
+    group = next((g for g in groups if g["model"] == tune.get("model")
+                  and g["topology_fingerprint"] == tune.get("topology_fingerprint")
+                  and g["input_len"] == w.get("input_len") and g["output_len"] == w.get("output_len")), None)
+    series = []
+    for r in tune.get("layouts") or []:
+        gpus = r.get("gpus")
+        if not gpus:
+            continue
+        predicted = [(user, tput / gpus) for _c, tput, user in r.get("curve") or []]
+        points = ((group or {}).get("layouts") or {}).get(r["layout"], {})
+        measured = [(1000.0 / p["tpot_p50_ms"], (p["output_throughput"] or 0.0) / gpus, c)
+                    for c, p in sorted(points.items()) if p.get("tpot_p50_ms")]
+        if predicted or measured:
+            series.append({"layout": r["layout"], "predicted": predicted, "measured": measured})
+    return series
+
+
+def plot_interactivity(tune, groups, out_dir):
+    """One PNG per tune with curves: per layout, output tok/s per GPU against output tok/s per user, predicted as
+    lines and measured as points (labelled with their concurrency); a TPOT SLO is the vertical line users must be
+    right of."""
+    series = interactivity_series(tune, groups)
+    if not series:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(os.path.join(out_dir, "plots"), exist_ok=True)
+    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
+    for index, s in enumerate(series):
+        color = "C%d" % (index % 10)
+        if s["predicted"]:
+            ax.plot(*zip(*s["predicted"]), linewidth=2, color=color, label=s["layout"] + " predicted")
+        if s["measured"]:
+            xs, ys, cs = zip(*s["measured"])
+            ax.scatter(xs, ys, color=color, marker="o", s=40, label=s["layout"] + " measured", zorder=3)
+            for x, y, c in zip(xs, ys, cs):
+                ax.annotate("c=%d" % c, (x, y), textcoords="offset points", xytext=(5, 5), fontsize=8)
+    w = tune.get("workload") or {}
+    slo = w.get("slo") or {}
+    if slo.get("tpot_ms"):
+        ax.axvline(1000.0 / slo["tpot_ms"], color="red", linestyle="--", linewidth=1.5,
+                   label="SLO: p%s TPOT <= %g ms" % (slo.get("tpot_percentile", 50), slo["tpot_ms"]))
+    ax.set_xlabel("output tokens/s per user (1000 / TPOT ms)")
+    ax.set_ylabel("output tokens/s per GPU")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    group = {"simulated": tune.get("simulated"), "model": tune.get("model"),
+             "topology_fingerprint": tune.get("topology_fingerprint"), "input_len": w.get("input_len"),
+             "output_len": w.get("output_len")}
+    title = "Interactivity: throughput per GPU vs speed per user"
+    if slo.get("ttft_ms"):
+        title += " (SLO also p%s TTFT <= %g ms)" % (slo.get("ttft_percentile", 99), slo["ttft_ms"])
+    return [_save(plt, fig, ax, group, out_dir, "interactivity", title, slug=tune_slug(tune))]
+
+
 # ---------------------------------------------------------------------------------------------------- main
 
 
@@ -372,7 +435,7 @@ def build(results_dir, out_dir=None, model=None, fingerprint=None, now=None):
     tunes = results.load_tunes(results_dir, model=model, fingerprint=fingerprint)
     os.makedirs(out_dir, exist_ok=True)
     plots = {group_slug(g): plot_group(g, out_dir) for g in groups}
-    plots.update({tune_slug(t): plot_tune(t, out_dir) for t in tunes})
+    plots.update({tune_slug(t): plot_tune(t, out_dir) + plot_interactivity(t, groups, out_dir) for t in tunes})
     now = now or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     findings = os.path.join(out_dir, "FINDINGS.md")
     with open(findings, "w") as handle:

@@ -661,6 +661,8 @@ def measured_records(runs, model=None, fingerprint=None):
                     "model": m, "topology_fingerprint": fp, "layout": layout, "max_concurrency": c,
                     "output_throughput": p["output_throughput"], "total_throughput": p["total_throughput"],
                     "ttft_p99_ms": p["ttft_p99_ms"], "itl_p99_ms": p["itl_p99_ms"],
+                    "ttft_p50_ms": p.get("ttft_p50_ms"), "tpot_p50_ms": p.get("tpot_p50_ms"),
+                    "tpot_p99_ms": p.get("tpot_p99_ms"),
                     "input_len": workload[0], "output_len": workload[1], "num_prompts": p["num_prompts"],
                     "run_id": p["run_id"], "simulated": p["simulated"], "source": "measured",
                 })
@@ -715,6 +717,11 @@ def load_fits(results_dir):
     return fits
 
 
+def _gpus(candidate):
+    c = candidate or {}
+    return c["tp"] * c["pp"] * c["dp"] if all(isinstance(c.get(k), int) for k in ("tp", "pp", "dp")) else None
+
+
 def tune_record(selection, outcomes, candidates, plan, workload):
     """What a tune record keeps: per layout that could win or was measured at the workload, what the model predicted
     when the tune chose (selection, sglang_plan's `tune`), what was measured (the final plan's candidates), and what
@@ -733,8 +740,11 @@ def tune_record(selection, outcomes, candidates, plan, workload):
         measured = (final.get(name) or {}).get("measured") or {}
         status = {"ok": "measured", "failed": "failed"}.get(
             out.get("status"), "measured before" if measured else "not measured")
+        estimate = (final.get(name) or {}).get("estimate") or {}
         rows.append({"layout": name, "predicted": (predicted.get(name) or {}).get("estimate"),
                      "measured": measured.get("output_throughput"), "status": status,
+                     "gpus": _gpus(final.get(name)), "curve": estimate.get("curve"),
+                     "slo_met": measured.get("slo_met"),
                      "run_id": out.get("run_id"), "stage": out.get("stage"), "message": out.get("message"),
                      "seconds": out.get("seconds"), "stage_started": out.get("stage_started"),
                      "finished": out.get("finished"), "server_ready_s": out.get("server_ready_s")})

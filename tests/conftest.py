@@ -22,6 +22,10 @@ import subprocess
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# The tests read ansible-playbook's whole output (every task's ok/skipping/changed line, failures as results): Ansible's
+# default stdout callback, not the brief one ansible.cfg sets for people (callback_plugins/brief.py). A test of the
+# brief output itself removes this from its command's environment (tests/lab/test_lifecycle.py: the line budget).
+os.environ.setdefault("ANSIBLE_STDOUT_CALLBACK", "ansible.builtin.default")
 FAKENVML_SRC = ROOT / "lab" / "fakenvml"
 FAKENVML_BUILD = ROOT / "build" / "fakenvml"
 SPECS_DIR = ROOT / "lab" / "specs"

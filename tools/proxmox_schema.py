@@ -20,12 +20,12 @@ Sources (Proxmox's own git repositories, https://git.proxmox.com):
 import argparse
 import json
 import os
-import importlib.util
-import pathlib
 import re
 import subprocess
 import sys
 import tempfile
+
+import pyliteral  # tools/ is the script's directory (and on pytest's path)
 
 OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils", "topolaunch",
                    "proxmox_api_schema.py")
@@ -212,14 +212,7 @@ def render(schema):
             % (ENDPOINT, src["pve-docs"]["version"], src["pve-docs"]["commit"][:12],
                src["qemu-server"]["version"], src["qemu-server"]["commit"][:12],
                src["pve-common"]["version"], src["pve-common"]["commit"][:12],
-               _pyliteral().literal("SCHEMA", schema, sort_dicts=True, width=116)))
-
-
-def _pyliteral():
-    spec = importlib.util.spec_from_file_location("pyliteral", pathlib.Path(__file__).resolve().parent / "pyliteral.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+               pyliteral.literal("SCHEMA", schema, sort_dicts=True, width=116)))
 
 
 def main(argv=None):

@@ -41,6 +41,8 @@ import pathlib
 import sys
 import zipfile
 
+import pyliteral  # tools/ is the script's directory (and on pytest's path)
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -54,14 +56,7 @@ def _flags_tool():
 FLAGS_TOOL = _flags_tool()
 
 
-def _pyliteral():
-    spec = importlib.util.spec_from_file_location("pyliteral", ROOT / "tools" / "pyliteral.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-PYLITERAL = _pyliteral()
+PYLITERAL = pyliteral
 WHEELS = FLAGS_TOOL.WHEELS
 
 

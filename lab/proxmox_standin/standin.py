@@ -9,6 +9,10 @@ set (the excerpt's privileges, from qemu-server's Qemu.pm: "only root can set 'a
 pve-http-server answers a die. A running VM's changes become
 pending (GET .../config shows them applied, GET .../pending lists them, a start applies them), as on Proxmox.
 Every write is appended to the state's "writes" (method, path, params, user) and the state file is rewritten.
+A power action (POST .../status/{start,stop,shutdown,reboot,reset}) answers a task id at once, as Proxmox does; with
+--power-hook, the task runs `HOOK ACTION VMID` (the lab powers its host off and on) and its status
+(GET /nodes/N/tasks/UPID/status) is "running" until the hook ends, then "stopped" with exitstatus "OK" or the hook's
+error.
 
     standin.py --state STATE.json --port 35500 --tls-dir DIR     # DIR gets ca.pem (trust it) and the server cert
 """
@@ -55,6 +59,7 @@ class State:
             self.data = json.load(f)
         self.data.setdefault("writes", [])
         self.tickets = {}
+        self.tasks = {}     # UPID -> task status, for the power actions a hook runs
 
     def save(self):
         tmp = self.path + ".tmp"
@@ -196,7 +201,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if len(rest) == 2 and rest[0] == "status" and method == "POST":
                 return self.power(parts[1], parts[3], vm, rest[1], user)
         if len(parts) == 5 and parts[0] == "nodes" and parts[2] == "tasks" and parts[4] == "status":
-            return self.answer(200, {"status": "stopped", "exitstatus": "OK", "upid": parts[3]})
+            task = state.tasks.get(parts[3], {"status": "stopped", "exitstatus": "OK"})
+            return self.answer(200, dict(task, upid=parts[3]))
         if len(parts) == 5 and parts[0] == "nodes" and parts[2] == "tasks" and parts[4] == "log":
             return self.answer(200, [{"n": 1, "t": "TASK OK"}])
         return self.answer(501, message="Method '%s /%s' not implemented" % (method, "/".join(parts)))
@@ -261,7 +267,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.server.state.data["writes"].append({"method": "POST", "path": "/nodes/%s/qemu/%s/status/%s"
                                                  % (node, vmid, action), "params": {}, "delete": [], "user": user})
         upid = "UPID:%s:%08X:00000000:%08X:qm%s:%s:%s:" % (node, os.getpid(), int(time.time()), action, vmid, user)
+        if self.server.power_hook:
+            self.server.state.tasks[upid] = {"status": "running"}
+            threading.Thread(target=run_hook, args=(self.server.state, upid, self.server.power_hook, action, vmid),
+                             daemon=True).start()
         return self.answer(200, upid)
+
+
+def run_hook(state, upid, hook, action, vmid):
+    """The power action's task: `hook action vmid`; its end is the task's status."""
+    try:
+        proc = subprocess.run([hook, action, str(vmid)], capture_output=True, text=True, check=False, timeout=900)
+        last = ((proc.stderr or proc.stdout).strip().splitlines() or [""])[-1]
+        result = "OK" if proc.returncode == 0 else "hook failed (rc %d): %s" % (proc.returncode, last)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        result = "hook failed: %s" % exc
+    with LOCK:
+        state.tasks[upid] = {"status": "stopped", "exitstatus": result}
 
 
 def main(argv=None):
@@ -270,10 +292,12 @@ def main(argv=None):
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--tls-dir", required=True)
+    ap.add_argument("--power-hook", help="an executable run as HOOK ACTION VMID for each power action (its task)")
     args = ap.parse_args(argv)
     cert, key = make_tls(args.tls_dir, args.host)
     server = http.server.ThreadingHTTPServer((args.host, args.port), Handler)
     server.state = State(args.state)
+    server.power_hook = args.power_hook
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
     server.socket = ctx.wrap_socket(server.socket, server_side=True)

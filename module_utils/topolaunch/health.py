@@ -575,17 +575,24 @@ def verify(plan, http=http_request, api_key="", ready_timeout=30.0, http_timeout
 
 
 # ------------------------------------------------------------------------------------------ last known good
-def record_last_good(text, path, check_mode=False, owner=(0, 0)):
+def record_last_good(text, path, check_mode=False, owner=(0, 0), warnings=None):
     """Write `text` (the plan file's content) to `path`, mode 0644 and `owner` (root in production), unless it is
-    there already; True when changed (in check mode: would change; nothing is written)."""
+    there already; True when changed (in check mode: would change; nothing is written). A write that fails (a full
+    disk: issue 25) never costs the healthy server it records: with `warnings` (a list) it says so there and returns
+    False; without, HealthError."""
     if not file_differs(path, text, 0o644, owner):
         return False
     if not check_mode:
         try:
             write_atomic(path, text, 0o644, owner)
         except OSError as err:
-            raise HealthError("The server is healthy but recording it as the last known good plan failed: %s: %s"
-                              % (path, err.strerror or err)) from None
+            why = ("The server is healthy, but recording it as the last known good plan failed: %s: %s"
+                   % (path, err.strerror or err))
+            if warnings is None:
+                raise HealthError(why) from None
+            warnings.append(why + ". It keeps running; a later rollback goes back to the plan recorded before. "
+                            "Free space there, then run deploy.yml --tags health to record it.")
+            return False
     return True
 
 
@@ -624,8 +631,10 @@ def check(unit, plan_path, last_good_path, invocation_id=None, known="started", 
         if mode == "serving":
             return _serving(unit, plan, last_good_path, http, http_timeout, run, clock, sleep)
         if mode == "record":
-            return {"state": "recorded", "plan": plan,
-                    "last_good_changed": record_last_good(text, last_good_path, check_mode=check_mode, owner=owner)}
+            warnings = []
+            changed = record_last_good(text, last_good_path, check_mode=check_mode, owner=owner, warnings=warnings)
+            return dict({"state": "recorded", "plan": plan, "last_good_changed": changed},
+                        **({"warnings": warnings} if warnings else {}))
         result = wait_chunk(unit, plan.get("host") or "127.0.0.1", plan["port"], invocation_id=invocation_id,
                             known=known, chunk_s=chunk_s, startup_timeout=startup_timeout,
                             journal_lines=journal_lines, run=run, clock=clock, sleep=sleep,
@@ -641,8 +650,11 @@ def check(unit, plan_path, last_good_path, invocation_id=None, known="started", 
             problem = health_nodes.rank_problem(unit, plan, proc_root)
             if problem:
                 raise HealthError(problem, dict(result, state="ranks"))
-            result["last_good_changed"] = (record_last_good(text, last_good_path, check_mode=check_mode, owner=owner)
-                                           if record else False)
+            warnings = []
+            result["last_good_changed"] = (record_last_good(text, last_good_path, check_mode=check_mode, owner=owner,
+                                                            warnings=warnings) if record else False)
+            if warnings:
+                result["warnings"] = warnings
             result["verified"] = True
         if not record:
             result.update(_last_good(last_good_path, plan))

@@ -388,11 +388,46 @@ def validate(o, run=_run):
     if held:
         raise LaunchError("Cannot launch: %s. Free it, or plan another port (topolaunch_port); %s."
                           % ("; ".join(held), NOTHING_STOPPED))
+    # Room for what the launch writes (issue 25: ENOSPC after cleanup had stopped the working server).
+    short = space_problems(o)
+    if short:
+        raise LaunchError("Cannot launch: %s. Free space there; %s." % ("; ".join(short), NOTHING_STOPPED))
     # The rendered unit as systemd would load it (issue 14).
     refused = verify_unit(o["unit_name"], o["unit_content"], run)
     if refused:
         raise LaunchError("Cannot launch: systemd-analyze verify refuses the rendered unit: %s. Fix the setting it "
                           "names; %s." % ("; ".join(refused), NOTHING_STOPPED))
+
+
+SPACE_MARGIN = 1 << 20      # bytes left free beyond what the launch writes: its temp files, the journal's own use
+
+
+def _existing(path):
+    while path and not os.path.exists(path):
+        path = os.path.dirname(path.rstrip("/")) or "/"
+    return path or "/"
+
+
+def space_problems(o, statvfs=None):
+    """Each file system the launch writes to (the env file, the server's config, the unit, the plan record) with
+    less free space than those files need, twice (each is written beside itself, then renamed), plus SPACE_MARGIN."""
+    files = [(o["env_file"], o["env_content"]), (o["config_file"] or state_file(o["state_dir"], SERVER_CONFIG),
+                                                 o["config_content"]),
+             (os.path.join(o["unit_dir"], o["unit_name"]), o["unit_content"]),
+             (state_file(o["state_dir"], CURRENT_PLAN), plan_text(o["plan"]))]
+    statvfs = statvfs or os.statvfs
+    need = {}
+    for path, content in files:
+        where = _existing(os.path.dirname(path))
+        try:
+            st = statvfs(where)
+        except OSError:
+            continue
+        key = st.f_fsid or where
+        free, dirs, size = need.get(key, (st.f_bavail * st.f_frsize, set(), 0))
+        need[key] = (free, dirs | {os.path.dirname(path)}, size + 2 * len((content or "").encode()))
+    return ["%s: %d bytes free, the launch needs %d" % (", ".join(sorted(dirs)), free, size + SPACE_MARGIN)
+            for free, dirs, size in need.values() if free < size + SPACE_MARGIN]
 
 
 def _file_problems(o):
@@ -412,7 +447,38 @@ def _file_problems(o):
                                 "launch_extra_env, a path or a secret?)" % (what, number, key, bad))
             elif shape and line.strip() and not line.startswith("#") and not shape.match(line):
                 problems.append("%s line %d (%s) is not %s" % (what, number, key, words))
+            elif what == "server config file" and shape.match(line):
+                problem = config_value_problem(line)
+                if problem:
+                    problems.append("%s line %d (%s, from %s): %s" % (
+                        what, number, key, CONFIG_SOURCES.get(key, "the launch role"), problem))
     return problems
+
+
+# Where each key of the server config file comes from (the templates write only these).
+CONFIG_SOURCES = {"api-key": "topolaunch_api_key"}
+
+
+def config_value_problem(line):
+    """Why SGLang cannot take a `key: "JSON string"` line of its --config file, or None. SGLang 0.5.9 and 0.5.23
+    read the file with yaml.safe_load and put each value into argv after `--key` (utils/server_args_config_parser.py,
+    _convert_config_to_args): a value beginning with '-' then reads as a flag (argparse: "expected one argument",
+    exit 2); and the file is opened in the locale's encoding, so only printable ASCII is certain to load. The value
+    itself is never quoted (it is a secret)."""
+    try:
+        value = json.loads(line.partition(": ")[2])
+    except ValueError:
+        return "the value is not a JSON string"
+    if not isinstance(value, str) or not value:
+        return "the value is empty"
+    if value.startswith("-"):
+        return "the value begins with '-', which SGLang's argument parser takes for a flag (the server would exit " \
+               "at start): choose one that does not"
+    odd = sum(1 for c in value if not 0x20 <= ord(c) <= 0x7e)
+    if odd:
+        return "the value has %d character(s) outside printable ASCII, which SGLang's config file reader may not " \
+               "load: use letters, digits and punctuation" % odd
+    return None
 
 
 def verify_unit(name, content, run=_run):
@@ -508,10 +574,14 @@ def launch(opts, check_mode=False, run=_run, owner=(0, 0), clean=None):
         if differs[path]:
             result["written"].append(path)
             if not check_mode:
-                if content:
-                    write_atomic(path, content, mode, who)
-                else:
-                    os.unlink(path)
+                try:
+                    if content:
+                        write_atomic(path, content, mode, who)
+                    else:
+                        os.unlink(path)
+                except OSError as err:
+                    result["written"].pop()
+                    raise LaunchError("Writing %s failed: %s" % (path, err.strerror or err), result) from None
 
     # ---- started: systemd
     result["changed"] = result["changed"] or bool(result["written"])

@@ -7,6 +7,7 @@ spelled in snake case (`fp8_gemm_backend` for `--fp8-gemm-backend`). Only the ca
 written (`--pp-size`, never `--pp`, which is an ambiguous prefix in 0.5.9).
 """
 import json
+import math
 import re
 
 from . import sglang_flags_0_5_9, sglang_flags_0_5_23
@@ -93,6 +94,10 @@ MANAGED = {
                            "model (use layout dp for independent replicas)",
     "attn_dp_size": "nothing: DP attention maps DP ranks onto the TP group, which this planner does not "
                     "model (use layout dp for independent replicas)",
+    # SGLang takes one --config file ("Multiple config files specified!" for a second); the launch writes its own
+    # (the API key goes there), and a file of the operator's would set flags the planner refuses (base_gpu_id, ...).
+    "config": "each flag as its own key of topolaunch_server_args: the launch writes the server's --config file "
+              "itself",
 }
 SECRETS = ("api_key", "admin_api_key", "ssl_keyfile_password")
 METRICS_FLAG = "--enable-metrics"
@@ -207,12 +212,15 @@ def _convert(value, type_name, where):  # noqa: C901 - one branch per SGLang typ
     if type_name == "float":
         if isinstance(value, bool):
             raise ValueError("%s must be a number, got %r" % (where, value))
-        if isinstance(value, (int, float)):
-            return repr(float(value)) if isinstance(value, float) else str(value), float(value)
         try:
-            return value.strip(), float(value)
+            number = float(value) if isinstance(value, (int, float)) else float(value.strip())
         except (AttributeError, ValueError):
             raise ValueError("%s must be a number, got %r" % (where, value)) from None
+        if not math.isfinite(number):              # "nan", "inf": float() takes them, SGLang's arithmetic does not
+            raise ValueError("%s must be a finite number, got %r" % (where, value))
+        if isinstance(value, (int, float)):
+            return repr(float(value)) if isinstance(value, float) else str(value), number
+        return value.strip(), number
     if type_name in ("json", "json_list", "cuda_graph_config"):
         if isinstance(value, str):
             try:

@@ -54,6 +54,62 @@ QUANT_PRECISION = {
     "modelopt_fp4": "fp4", "mxfp4": "fp4", "nvfp4": "fp4", "w4afp8": "fp8",
 }
 WORKLOAD_DEFAULT = {"input_len": 1024, "output_len": 1024, "concurrency": 128}
+# concurrency: max = as many requests in flight as every replica's KV room and request cap admit, at most this many
+# in all (what a "max throughput" benchmark measures, bounded so that a bench of it ends).
+SATURATING = "max"
+MAX_IN_FLIGHT = 1024
+# Latency targets (workload.slo): milliseconds, and the percentile of the measured distribution each is judged on.
+# The bench client (bench_serving) reports the median and p99 of TTFT and TPOT.
+SLO_KEYS = ("ttft_ms", "tpot_ms", "ttft_percentile", "tpot_percentile")
+SLO_PERCENTILES = (50, 99)
+SLO_DEFAULT_PERCENTILE = {"ttft": 99, "tpot": 50}
+
+
+def _positive_number(value):
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return None
+    return value
+
+
+def check_slo(slo, output_len):
+    """workload.slo -> ({ttft_ms, tpot_ms (each or None), ttft_percentile, tpot_percentile} or None, reasons)."""
+    if slo is None or slo == {}:
+        return None, []
+    if not isinstance(slo, dict):
+        return None, ["workload.slo must be a mapping {ttft_ms, tpot_ms}, got %r" % (slo,)]
+    reasons = []
+    unknown = sorted(set(map(str, slo)) - set(SLO_KEYS))
+    if unknown:
+        reasons.append("workload.slo has unknown keys %s (allowed: %s)" % (", ".join(unknown), ", ".join(SLO_KEYS)))
+    out = {}
+    for kind in ("ttft", "tpot"):
+        key = kind + "_ms"
+        value = slo.get(key)
+        out[key] = None if value is None else _positive_number(value)
+        if value is not None and out[key] is None:
+            reasons.append("workload.slo.%s must be a positive number of milliseconds, got %r" % (key, value))
+        key = kind + "_percentile"
+        value = slo.get(key, SLO_DEFAULT_PERCENTILE[kind])
+        number = _positive_number(value)
+        if number not in SLO_PERCENTILES:
+            reasons.append("workload.slo.%s must be one of %s (what the bench client reports), got %r" % (
+                key, ", ".join(map(str, SLO_PERCENTILES)), value))
+            number = SLO_DEFAULT_PERCENTILE[kind]
+        out[key] = int(number)
+    if out["ttft_ms"] is None and out["tpot_ms"] is None and not reasons:
+        reasons.append("workload.slo needs ttft_ms, tpot_ms or both, got %r" % (slo,))
+    if not isinstance(output_len, int) or output_len < 1:
+        reasons.append("workload.slo: an SLO needs a workload with output tokens (workload.output_len is %r)"
+                       % (output_len,))
+    elif out["tpot_ms"] is not None and output_len < 2:
+        reasons.append("workload.slo.tpot_ms: time per output token needs workload.output_len >= 2, got %d"
+                       % output_len)
+    return (out if not reasons else None), reasons
 
 
 def check_workload(workload):
@@ -62,23 +118,58 @@ def check_workload(workload):
     if workload is None:
         workload = {}
     if not isinstance(workload, dict):
-        return dict(WORKLOAD_DEFAULT), ["workload must be a mapping {input_len, output_len, concurrency}, got %r"
+        return dict(WORKLOAD_DEFAULT), ["workload must be a mapping {input_len, output_len, concurrency, slo}, got %r"
                                         % (workload,)]
-    unknown = sorted(set(map(str, workload)) - set(WORKLOAD_DEFAULT))
+    unknown = sorted(set(map(str, workload)) - set(WORKLOAD_DEFAULT) - {"slo"})
     if unknown:
-        reasons.append("workload has unknown keys %s (allowed: input_len, output_len, concurrency)"
+        reasons.append("workload has unknown keys %s (allowed: input_len, output_len, concurrency, slo)"
                        % ", ".join(unknown))
     out = {}
+    raw_output = workload.get("output_len", WORKLOAD_DEFAULT["output_len"])
     for key, default in WORKLOAD_DEFAULT.items():
         value = workload.get(key, default)
+        if key == "concurrency" and value == SATURATING:
+            out[key] = value
+            continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             if isinstance(value, str) and value.strip().isdigit() and int(value) >= 1:
                 value = int(value)
             else:
-                reasons.append("workload.%s must be a positive integer, got %r" % (key, value))
+                reasons.append("workload.%s must be a positive integer%s, got %r" % (
+                    key, " or %s" % SATURATING if key == "concurrency" else "", value))
                 value = default
         out[key] = value
+    if isinstance(raw_output, str) and raw_output.strip().isdigit():
+        raw_output = int(raw_output)
+    slo, slo_reasons = check_slo(workload.get("slo"), raw_output)
+    reasons.extend(slo_reasons)
+    if slo:
+        out["slo"] = slo
     return out, reasons
+
+
+def slo_misses(slo, ttft_ms, tpot_ms):
+    """How TTFT / TPOT figures (ms; None = not known) miss an SLO: [] when they meet it."""
+    misses = []
+    for kind, value in (("ttft", ttft_ms), ("tpot", tpot_ms)):
+        target = (slo or {}).get(kind + "_ms")
+        if target is None:
+            continue
+        if value is None:
+            misses.append("%s not known" % kind.upper())
+        elif value > target:
+            misses.append("%s %.1f ms > %g ms" % (kind.upper(), value, target))
+    return misses
+
+
+def measured_slo_misses(slo, record):
+    """slo_misses of a measured point (results: ttft_p99_ms, tpot_p50_ms, ...) at the SLO's percentiles."""
+    def figure(kind):
+        value = record.get("%s_p%d_ms" % (kind, slo[kind + "_percentile"]))
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    return ["measured p%d %s" % (slo[m.split()[0].lower() + "_percentile"], m)
+            for m in slo_misses(slo, figure("ttft"), figure("tpot"))]
 
 
 def gemm_peak(model, gpu):
@@ -305,27 +396,30 @@ def stage_time(shape, layout, stage, m, ctx, links, gpu, peak, eff, graph_bs, pr
     return sum(parts.values()), parts
 
 
-def estimate(model, layout, stages, links, gpu, workload, kv_tokens, settings, shape=None, eff=None):
+def estimate(model, layout, stages, links, gpu, workload, kv_tokens, settings, shape=None, eff=None,
+             concurrency=None):
     """Estimated output tokens/s of a layout at a workload, and the parts behind it.
 
     stages: per PP stage {index, layers, dense_layers, moe_layers, last}. links: Links of a replica.
     gpu: plan_perf.gpu_perf(). workload: check_workload()'s. kv_tokens: KV tokens a replica holds.
     settings: {cuda_graph_max_bs, chunked_prefill_size, max_running_requests (SGLang's cap of one replica), overlap,
-    kv_bytes}.
+    kv_bytes}. concurrency: evaluate at this many requests in flight instead of the workload's.
     """
     eff = eff or plan_perf.EFFICIENCY
     shape = shape or Shape(model, settings["kv_bytes"])
     tp, pp, dp = layout["tp"], layout["pp"], layout["dp"]
-    inp, out, conc = workload["input_len"], workload["output_len"], workload["concurrency"]
+    inp, out, conc = workload["input_len"], workload["output_len"], concurrency or workload["concurrency"]
     peak, precision = gemm_precision(model, gpu)
-    active = min(dp, conc)                      # replicas with at least one request
-    per_replica = max(1, int(math.ceil(conc / float(active))))
     footprint = inp + out / 2.0
     capacity = int(kv_tokens // footprint) if kv_tokens > 0 else 0
     running = max(1, settings.get("max_running_requests") or 4096)   # per replica (planner)
+    if conc == SATURATING:   # every replica full: its KV room or its request cap, at most MAX_IN_FLIGHT in all
+        conc = max(1, min(MAX_IN_FLIGHT, dp * min(capacity, running)))
+    active = min(dp, conc)                      # replicas with at least one request
+    per_replica = max(1, int(math.ceil(conc / float(active))))
     batch = max(0, min(per_replica, capacity, running))
-    result = {"precision": precision, "batch": min(conc, batch * active), "kv_capacity_requests": capacity * dp,
-              "micro_batch": 0, "pp_bubble": 0.0, "tokens_per_s": 0.0}
+    result = {"precision": precision, "concurrency": conc, "batch": min(conc, batch * active),
+              "kv_capacity_requests": capacity * dp, "micro_batch": 0, "pp_bubble": 0.0, "tokens_per_s": 0.0}
     if batch < 1:
         result["limit"] = "kv"   # not even one request of this length fits the KV cache
         return result
@@ -355,9 +449,20 @@ def estimate(model, layout, stages, links, gpu, workload, kv_tokens, settings, s
         t = stage_time(shape, layout, stage, chunk, inp, links, gpu, peak, eff, graph_bs, prefill=True)[0]
         pre_slowest = max(pre_slowest, t + cpu_step)
     prefill_per_request = inp * pre_slowest / chunk
-    tokens_per_s = active * batch / (cycle + batch * prefill_per_request / out)
+    # TPOT: a running request gets one token per decode cycle, and waits while the prompts of the requests that
+    # replace finished ones are prefilled (batch x prefill / output_len per token). TTFT: the tail of a request
+    # that arrives as a decode step starts - it waits for the requests queued ahead of it beyond the batch (each
+    # slot frees after output_len x TPOT), that step, and its prompt's chunks (full ones under load) through
+    # the pp stages.
+    tpot = cycle + batch * prefill_per_request / out
+    tokens_per_s = active * batch / tpot
+    queued = max(0, per_replica - batch)
+    ttft = queued * out * tpot / batch + cycle + (math.ceil(inp / chunk) + pp - 1) * pre_slowest
     result.update({
         "tokens_per_s": round(tokens_per_s, 1) if tokens_per_s >= 10 else round(tokens_per_s, 4),
+        "ttft_ms": round(ttft * 1e3, 2),
+        "tpot_ms": round(tpot * 1e3, 3),
+        "tokens_per_user": round(1.0 / tpot, 2),
         "micro_batch": round(micro, 1),
         "pp_bubble": round(bubble, 3),
         "step_ms": round(cycle * 1e3, 3),
@@ -368,3 +473,52 @@ def estimate(model, layout, stages, links, gpu, workload, kv_tokens, settings, s
     for key in ("compute", "weights", "kv", "comm", "overhead", "cpu"):
         result["%s_ms" % key] = round(parts[key] * pp * 1e3, 3)
     return result
+
+
+def estimate_at_slo(model, layout, stages, links, gpu, workload, kv_tokens, settings, shape=None, eff=None):
+    """estimate() at the workload's concurrency; with an SLO (workload.slo), at the highest concurrency up to the
+    workload's whose predicted TTFT and TPOT meet it (a binary search: both grow with the concurrency), with
+    `slo` {met, reason}. A layout that misses it even at concurrency 1 is estimated there, met False."""
+    def at(concurrency=None):
+        return estimate(model, layout, stages, links, gpu, workload, kv_tokens, settings, shape, eff, concurrency)
+
+    result = at()
+    slo = workload.get("slo")
+    if not slo or not result["tokens_per_s"]:
+        return result
+    misses = slo_misses(slo, result["ttft_ms"], result["tpot_ms"])
+    if not misses:
+        result["slo"] = {"met": True, "reason": "meets the SLO at the workload's concurrency %d" % result["concurrency"]}
+        return result
+    low, high, high_misses = 1, result["concurrency"], misses
+    best = at(1)
+    misses = slo_misses(slo, best["ttft_ms"], best["tpot_ms"])
+    if misses:
+        best["slo"] = {"met": False, "reason": "cannot meet the SLO even at concurrency 1: predicted %s"
+                       % ", ".join(misses)}
+        return best
+    while high - low > 1:
+        mid = (low + high) // 2
+        trial = at(mid)
+        misses = slo_misses(slo, trial["ttft_ms"], trial["tpot_ms"])
+        if misses:
+            high, high_misses = mid, misses
+        else:
+            low, best = mid, trial
+    best["slo"] = {"met": True, "reason": "concurrency %d is the highest that meets the SLO (at %d: predicted %s)"
+                   % (low, high, ", ".join(high_misses))}
+    return best
+
+
+def interactivity_curve(inputs, top):
+    """[[concurrency, output tok/s, output tok/s per user]] of one layout at 1, 4, 16, ... up to `top` requests in
+    flight (and at top): throughput against the speed each user sees, the curve an SLO on TPOT cuts."""
+    points = sorted({min(top, 4 ** k) for k in range(8) if 4 ** k <= top} | {top})
+    out = []
+    for conc in points:
+        est = estimate(inputs["model"], inputs["layout"], inputs["stages"], inputs["links"], inputs["gpu"],
+                       inputs["workload"], inputs["kv_tokens"], inputs["settings"], inputs["shape"],
+                       inputs.get("eff"), conc)
+        if est["tokens_per_s"]:
+            out.append([conc, est["tokens_per_s"], est["tokens_per_user"]])
+    return out

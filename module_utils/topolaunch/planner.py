@@ -71,7 +71,8 @@ from . import (constants, known_combinations, model_config, plan_nodes, plan_per
                sglang_facts_0_5_23)
 from .constants import base_version
 from .plan_args import FlagIndex, PLANNER_FLAGS, check_server_args, metrics_argv, supported_versions, text_problem
-from .plan_score import Links, Shape, check_workload, estimate, gemm_peak, stage_time
+from .plan_score import (MAX_IN_FLIGHT, SATURATING, Links, Shape, check_workload, estimate, estimate_at_slo, gemm_peak,
+                         interactivity_curve, measured_slo_misses, stage_time)
 from .plan_topology import NodeTopology, nccl_env
 
 GIB = 1 << 30
@@ -80,6 +81,8 @@ CUDA_CONTEXT_BYTES = 1 * GIB
 MIN_KV_TOKENS = 4096
 A2A_BACKENDS = ("deepep", "mooncake", "mori", "ascend_fuseep", "flashinfer")
 KV_DTYPE_BYTES = {"fp8_e5m2": 1, "fp8_e4m3": 1, "bf16": 2, "bfloat16": 2, "fp4_e2m1": 0.5625}
+# Layouts (best first) whose interactivity curve (plan_score.interactivity_curve) the plan gives, besides measured ones
+CURVE_LAYOUTS = 4
 MEASURE_HINT = "layout: tune or playbooks/sweep.yml measures them on this machine; measured results then decide"
 
 _LAYOUT_PART = re.compile(r"(tp|pp|dp|ep)(\d+)")
@@ -235,7 +238,10 @@ def sglang_memory_defaults(gpu_bytes, tp, pp, values, facts=None, mla=False):
     algo, spec = values.get("speculative_algorithm"), memory["speculative_reserve_mib"]
     if algo is not None and spec:
         reserved += spec.get(algo, 0 if algo in spec.get("except", []) else spec.get("*", 0))
-    fraction = values.get("mem_fraction_static") or round((gpu_mem - reserved) / gpu_mem, 3)
+    given = values.get("mem_fraction_static")
+    # a value outside (0, 1) is refused (_arg_reasons): the estimates made beside that reason use SGLang's default
+    fraction = given if isinstance(given, (int, float)) and 0.0 < given < 1.0 else \
+        round((gpu_mem - reserved) / gpu_mem, 3)
     decode_sizes = [] if decode_off else (list(values[graph["bs_arg"]]) if values.get(graph["bs_arg"])
                                           else capture_sizes(graph["capture_bs"], graph_bs))
     prefill_sizes = capture_sizes(prefill["capture_sizes"], chunk) if prefill_on and chunk > 0 else []
@@ -452,10 +458,10 @@ def _global_rules(model, values, facts=None):
         reasons.append("moe_runner_backend flashinfer_trtllm does not support quantization %s" % quant)
     fraction = values.get("mem_fraction_static")
     if fraction is not None and not 0.0 < fraction < 1.0:
-        reasons.append("mem_fraction_static must be between 0 and 1, got %s" % fraction)
+        reasons.append("server_args.mem_fraction_static must be between 0 and 1, got %s" % fraction)
     running = values.get("max_running_requests")
     if running is not None and running < 1:
-        reasons.append("max_running_requests must be at least 1, got %s" % running)
+        reasons.append("server_args.max_running_requests must be at least 1, got %s" % running)
     return reasons
 
 
@@ -613,14 +619,15 @@ def _estimate(ctx, c, partition, memory, defaults, links):
         "kv_bytes": ctx.kv_bytes,
     }
     stages = stage_shapes(ctx.model, partition)
-    result = estimate(ctx.model, c, stages, links, ctx.gpu, ctx.workload, memory["kv_tokens"], settings,
-                      shape=ctx.shape, eff=ctx.eff)
+    result = estimate_at_slo(ctx.model, c, stages, links, ctx.gpu, ctx.workload, memory["kv_tokens"], settings,
+                             shape=ctx.shape, eff=ctx.eff)
     if ctx.fit:   # what the committed constants say, beside the fitted estimate
         result["unfitted_tokens_per_s"] = estimate(ctx.model, c, stages, links, ctx.gpu, ctx.workload,
-                                                   memory["kv_tokens"], settings, shape=ctx.shape)["tokens_per_s"]
+                                                   memory["kv_tokens"], settings, shape=ctx.shape,
+                                                   concurrency=result["concurrency"])["tokens_per_s"]
     result["inputs"] = {"model": ctx.model, "layout": c, "stages": stages, "links": links, "gpu": ctx.gpu,
                         "workload": ctx.workload, "kv_tokens": memory["kv_tokens"], "settings": settings,
-                        "shape": ctx.shape}
+                        "shape": ctx.shape, "eff": ctx.eff}
     return result
 
 
@@ -768,15 +775,25 @@ def _placement_facts(ctx, placements, tp, pp, dp, nodes_per_pp):
 # ----------------------------------------------------------------------------------------------------- measured
 
 
-def comparable_workload(record, workload):
-    """A measurement counts for a workload when it ran at the same concurrency with input and output lengths
-    within 10% (issue: tune)."""
+def comparable_workload(record, workload, saturating=None):
+    """A measurement counts for a workload when it ran with input and output lengths within 10% (issue: tune), at
+    the workload's concurrency; with an SLO at any concurrency up to it (the SLO then judges the measurement);
+    with concurrency max at `saturating` requests in flight or more (the layout's saturating concurrency; any with
+    an SLO)."""
     def near(a, b):
         return isinstance(a, (int, float)) and not isinstance(a, bool) and abs(a - b) <= 0.1 * b
 
-    return (record.get("max_concurrency") == workload["concurrency"]
-            and near(record.get("input_len"), workload["input_len"])
-            and near(record.get("output_len"), workload["output_len"]))
+    conc = record.get("max_concurrency")
+    if isinstance(conc, bool) or not isinstance(conc, int) or conc < 1:
+        return False
+    if workload["concurrency"] == SATURATING:
+        at = workload.get("slo") or conc >= (saturating or 1)
+    elif workload.get("slo"):
+        at = conc <= workload["concurrency"]
+    else:
+        at = conc == workload["concurrency"]
+    return bool(at) and near(record.get("input_len"), workload["input_len"]) \
+        and near(record.get("output_len"), workload["output_len"])
 
 
 def _records_of_machine(records, what, model_names, fingerprints, reasons):
@@ -796,10 +813,13 @@ def _records_of_machine(records, what, model_names, fingerprints, reasons):
     return found
 
 
-def _measured_by_layout(measured, model_names, fingerprints, workload, reasons, warnings):
+def _measured_by_layout(measured, model_names, fingerprints, workload, reasons, warnings, saturating=None):
     """{layout name: {output_throughput, max_concurrency, simulated}} for this model and fingerprint at a
-    comparable workload; measurements of this model and box at other workloads are named in a warning."""
+    comparable workload; measurements of this model and box at other workloads are named in a warning.
+    saturating: {layout name: its saturating concurrency} (concurrency max). With an SLO, the fastest measurement
+    that met it (slo_met True), else the fastest (slo_met False, slo_misses: how it missed)."""
     best, elsewhere = {}, set()
+    slo = workload.get("slo")
     for k, rec in _records_of_machine(measured, "measured", model_names, fingerprints, reasons):
         try:
             layout = parse_layout(rec.get("layout"))
@@ -810,23 +830,38 @@ def _measured_by_layout(measured, model_names, fingerprints, workload, reasons, 
         if isinstance(tput, bool) or not isinstance(tput, (int, float)) or layout == "auto":
             continue
         name = layout_name(layout["tp"], layout["pp"], layout["dp"], layout["ep"])
-        if not comparable_workload(rec, workload):
+        if not comparable_workload(rec, workload, (saturating or {}).get(name)):
             elsewhere.add("%s at %s/%s concurrency %s" % (name, rec.get("input_len"), rec.get("output_len"),
                                                           rec.get("max_concurrency")))
             continue
-        if name not in best or tput > best[name]["output_throughput"]:
-            best[name] = {"output_throughput": float(tput), "max_concurrency": rec.get("max_concurrency"),
-                          "simulated": bool(rec.get("simulated"))}
+        entry = {"output_throughput": float(tput), "max_concurrency": rec.get("max_concurrency"),
+                 "simulated": bool(rec.get("simulated"))}
+        if slo:
+            misses = measured_slo_misses(slo, rec)
+            entry.update(slo_met=not misses, slo_misses=misses)
+        old = best.get(name)
+        if old is None or (entry.get("slo_met", True), tput) > (old.get("slo_met", True), old["output_throughput"]):
+            best[name] = entry
     if elsewhere and not best:
         warnings.append("measured results of this model on this topology are at other workloads than %d/%d at "
-                        "concurrency %d, so they do not rank the layouts: %s" % (
+                        "concurrency %s, so they do not rank the layouts: %s" % (
                             workload["input_len"], workload["output_len"], workload["concurrency"],
                             ", ".join(sorted(elsewhere)[:6]) + (" ..." if len(elsewhere) > 6 else "")))
     return best
 
 
+def slo_missed(c):
+    """Why a valid candidate misses the workload's SLO (measured, or predicted at concurrency 1), or None."""
+    if c.get("source") == "measured":
+        misses = c["measured"].get("slo_misses")
+        return ("measured: " + ", ".join(misses)) if misses else None
+    verdict = (c.get("estimate") or {}).get("slo") or {}
+    return verdict["reason"] if verdict.get("met") is False else None
+
+
 def rank(candidates, measured):
-    """Order candidates: measured valid ones by throughput, then valid ones by the model's estimate, then invalid."""
+    """Order candidates: measured valid ones by throughput, then valid ones by the model's estimate, then those
+    that miss the workload's SLO (measured, or predicted at concurrency 1) by throughput, then invalid ones."""
     heur = [c["estimate"]["tokens_per_s"] for c in candidates if c["valid"] and c["estimate"]]
     top_heur = max(heur) if heur else None
     top_meas = max((m["output_throughput"] for n, m in measured.items()
@@ -845,10 +880,12 @@ def rank(candidates, measured):
 
     def key(c):
         if not c["valid"]:
-            return (2, 0.0, c["name"])
-        if c["source"] == "measured":
-            return (0, -c["measured"]["output_throughput"], c["name"])
-        return (1, -(c["estimate"] or {}).get("tokens_per_s", 0.0), c["name"])
+            return (3, 0.0, c["name"])
+        tput = c["measured"]["output_throughput"] if c["source"] == "measured" else \
+            (c["estimate"] or {}).get("tokens_per_s", 0.0)
+        if slo_missed(c):
+            return (2, -tput, c["name"])
+        return (0 if c["source"] == "measured" else 1, -tput, c["name"])
 
     return sorted(candidates, key=key)
 
@@ -898,7 +935,9 @@ class PlanRequest:
     wrote for this host's topology (nccl_topo.written_for), set as NCCL_TOPO_FILE. fits: machine fits
     (plan_fit.py); the one of this model and topology replaces plan_perf's efficiency constants in the estimates.
     metrics: SGLang's Prometheus metrics on (plan_args.metrics_argv: --enable-metrics, and for TP > 1
-    --enable-metrics-for-all-schedulers where the release has it).
+    --enable-metrics-for-all-schedulers where the release has it). api_key_set: an API key will be enforced
+    (topolaunch_api_key is set); listen_without_api_key: the inventory's explicit opt-in to listening on every
+    address without one (exposure_problem).
     """
 
     FIELDS = {"topology": None, "node_topologies": None, "model": None, "model_path": None, "layout": "auto",
@@ -906,7 +945,7 @@ class PlanRequest:
               "served_model_name": None, "nnodes": 1, "node_rank": 0, "dist_init_addr": None, "measured": None,
               "gpus": None, "pp_layer_partition": None, "workload": None, "preflight": None,
               "nccl_topo_file": None, "fits": None, "allow_cross_node_tp": False, "node_servers": None,
-              "metrics": True}
+              "metrics": True, "api_key_set": False, "listen_without_api_key": False}
 
     def __init__(self, **fields):
         unknown = sorted(set(fields) - set(self.FIELDS))
@@ -915,6 +954,22 @@ class PlanRequest:
                              % (", ".join(unknown), ", ".join(sorted(self.FIELDS)))])
         for name, default in self.FIELDS.items():
             setattr(self, name, fields.get(name, default))
+
+
+WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]", "*")
+
+
+def exposure_problem(host, api_key_set, allowed):
+    """Issue 25 item 2: a server listening on every address (0.0.0.0, ::) with no API key serves anyone who can
+    reach the box. The reason (or, with the inventory's opt-in, the warning the plan shows), or None."""
+    if not isinstance(host, str) or host.strip() not in WILDCARD_HOSTS or api_key_set is True:
+        return None
+    if allowed is True:
+        return ("host %s listens on every address without an API key: anyone who reaches this box's port can use "
+                "the server (topolaunch_listen_without_api_key is true)" % host.strip())
+    return ("host %s (topolaunch_host) listens on every address without an API key: set topolaunch_api_key "
+            "(ansible-vault), listen on 127.0.0.1 behind a proxy, or set topolaunch_listen_without_api_key: true to "
+            "serve everyone who reaches the port" % host.strip())
 
 
 def plan(request):
@@ -927,9 +982,19 @@ def plan(request):
                    os.path.basename(str(request.model_path).rstrip("/")) if request.model_path else None} - {None}
     # a multi-node run is filed under the cluster fingerprint only: one node's fingerprint names that node alone,
     # whose own measurements (a one-node server) say nothing about the server across nodes
+    saturating = {c["name"]: c["estimate"]["concurrency"] for c in candidates if c.get("estimate")}
     measured_best = _measured_by_layout(request.measured, model_names, {fingerprint}, ctx.workload, reasons,
-                                        p["warnings"])
+                                        p["warnings"], saturating)
     candidates = rank(candidates, measured_best)
+    # the interactivity curve of the layouts a tune or a report looks at: the top ones and the measured ones
+    top = [c for c in candidates if c["valid"] and c.get("estimate")]
+    for c in top[:CURVE_LAYOUTS] + [c for c in top[CURVE_LAYOUTS:] if c.get("measured")]:
+        workload_top = ctx.workload["concurrency"] if ctx.workload["concurrency"] != SATURATING else 0
+        c["estimate"]["curve"] = interactivity_curve(c["estimate"]["inputs"],
+                                                     max(workload_top, c["estimate"]["concurrency"]))
+    if ctx.workload.get("slo") and not any(c["valid"] and not slo_missed(c) for c in candidates):
+        p["warnings"].append("no valid layout meets the SLO %s; the plan is the fastest of those that miss it"
+                             % describe_slo(ctx.workload["slo"]))
 
     if wanted == "auto":
         chosen = next((c for c in candidates if c["valid"]), None)
@@ -1039,6 +1104,9 @@ def _prepare(request):
         reasons.append("metrics (topolaunch_metrics) must be true or false, got %r" % (r.metrics,))
     if not isinstance(host, str) or not host.strip():
         reasons.append("host must be a non-empty string, got %r" % (host,))
+    exposure = exposure_problem(host, r.api_key_set, r.listen_without_api_key)
+    if exposure:
+        (warnings if r.listen_without_api_key is True else reasons).append(exposure)
     served = served_model_name or (facts["name"] if facts else None) or \
         (os.path.basename(str(model_path).rstrip("/")) if model_path else None)
     if served is not None and ":" in str(served):
@@ -1197,13 +1265,25 @@ def describe_estimate(est, workload):
         ("weights", "weight reads"), ("kv", "KV reads"), ("comm", "communication"), ("compute", "compute"),
         ("overhead", "fixed per-layer"), ("cpu", "scheduler CPU")) if est.get(key + "_ms"))
     limit = "KV room" if est.get("limit") == "kv" else "the concurrency"
-    text = "%.0f output tok/s at input %d / output %d / concurrency %d (batch %d, limited by %s" % (
-        est.get("tokens_per_s", 0), workload["input_len"], workload["output_len"], workload["concurrency"],
-        est.get("batch", 0), limit)
+    conc = est.get("concurrency") or workload["concurrency"]
+    text = "%.0f output tok/s at input %d / output %d / concurrency %s%s (batch %d, limited by %s" % (
+        est.get("tokens_per_s", 0), workload["input_len"], workload["output_len"], conc,
+        " (max: what every replica admits, at most %d)" % MAX_IN_FLIGHT if workload["concurrency"] == SATURATING
+        else "", est.get("batch", 0), limit)
+    if est.get("ttft_ms") is not None:
+        text += "; predicted TTFT %.0f ms, TPOT %.1f ms" % (est["ttft_ms"], est["tpot_ms"])
+    if est.get("slo"):
+        text += "; SLO %s: %s" % (describe_slo(workload.get("slo")), est["slo"]["reason"])
     if est.get("pp_bubble"):
         text += "; pipeline bubble %.0f%%" % (est["pp_bubble"] * 100)
     return text + "; decode step %.1f ms: %s; prefill %.1f ms per request)" % (
         est.get("step_ms", 0), parts or "-", est.get("prefill_ms_per_request", 0))
+
+
+def describe_slo(slo):
+    """'p99 TTFT <= 500 ms, p50 TPOT <= 50 ms'."""
+    return ", ".join("p%d %s <= %g ms" % (slo[kind + "_percentile"], kind.upper(), slo[kind + "_ms"])
+                     for kind in ("ttft", "tpot") if (slo or {}).get(kind + "_ms") is not None)
 
 
 def tune_selection(candidates, max_count=3):
@@ -1375,6 +1455,10 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
                          "created": (ctx.preflight or {}).get("created"),
                          "cross_socket_p2p": ctx.cross_socket_p2p},
         "workload": dict(ctx.workload),
+        # the requests in flight the chosen layout is planned (and benchmarked) at: the workload's concurrency, what
+        # every replica admits (concurrency max) or the highest that meets the SLO
+        "concurrency": (chosen.get("measured") or {}).get("max_concurrency") or
+        (chosen.get("estimate") or {}).get("concurrency") or ctx.workload["concurrency"],
         "warnings": warnings,
         "topology_fingerprint": ctx.nodes[node_rank].fingerprint,
         "model_name": model["name"],
@@ -1407,11 +1491,13 @@ def _placement_warnings(ctx, chosen, placement):
         idle = [i for i in node.indices if i not in used]
         if idle:
             warnings.append("GPUs %s%s stay idle with layout %s" % (idle, where, chosen["name"]))
-        for i in sorted(used):
-            procs = node.gpus[i].get("processes") or []
-            if procs:
-                warnings.append("GPU %d%s holds processes %s: the cleanup stage must stop them before the launch"
-                                % (i, where, ", ".join(str(p.get("pid")) for p in procs)))
+        held = ["GPU %d: %s" % (i, ", ".join(str(p.get("pid")) for p in node.gpus[i].get("processes") or []))
+                for i in sorted(used) if node.gpus[i].get("processes")]
+        if held:                                        # one line: often the running server, one pid per GPU
+            warnings.append("%s%s %s processes (%s): the cleanup stage stops them before a launch (the running "
+                            "server's, when the plan replaces it)" % (
+                                "GPUs" if len(held) > 1 else held[0].split(":")[0], where,
+                                "hold" if len(held) > 1 else "holds", "; ".join(held)))
     for rank, node in enumerate(ctx.nodes):
         by_bus = sorted(node.gpus, key=lambda i: str(node.gpus[i].get("pci_bus_id", "")).lower())
         if by_bus != sorted(node.gpus):

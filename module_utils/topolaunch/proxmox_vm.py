@@ -328,8 +328,8 @@ def guests(hostvars, hosts, node):
     return sorted(out, key=lambda g: g["vmid"])
 
 
-def restart_pending(results):
-    """"VM 101 (gpu1): key, key" for each running VM with changes that wait for its restart. `results`: the API's
+def restart_guests(results):
+    """[{host, vmid, keys}] for each running VM with changes that wait for its restart, by vmid. `results`: the API's
     answers per guest, as a uri loop over [guest, "pending" | "status/current"] registers them (item, json.data)."""
     vms = {}
     for r in results or []:
@@ -345,8 +345,13 @@ def restart_pending(results):
         vm = vms[vmid]
         keys = [e["key"] for e in vm["pending"] if "pending" in e or e.get("delete")]
         if keys and vm["status"] == "running":
-            out.append("VM %s (%s): %s" % (vmid, vm["host"], ", ".join(keys)))
+            out.append({"host": vm["host"], "vmid": vmid, "keys": keys})
     return out
+
+
+def restart_pending(results):
+    """"VM 101 (gpu1): key, key" for each running VM with changes that wait for its restart (restart_guests)."""
+    return ["VM %s (%s): %s" % (g["vmid"], g["host"], ", ".join(g["keys"])) for g in restart_guests(results)]
 
 
 def diff_text(config):

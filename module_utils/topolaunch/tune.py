@@ -12,7 +12,7 @@ Layouts measured already are not measured again unless `remeasure`; a layout tha
 """
 import math
 
-from . import plan_perf, tune_start
+from . import plan_perf, planner, tune_start
 from .plan_fit import of_this_machine, plan_with_fit
 from .planner import SGLANG_FACTS, PlanError
 
@@ -66,8 +66,16 @@ def select(candidates, max_count=3, error=None, remeasure=False, listed=None, fa
         for name, row in rows.items():
             row["status"], row["note"] = ("listed", "") if name in chosen else ("not listed", "")
     else:
-        ranked = sorted(valid, key=lambda c: (-figure(c), c["name"]))
+        # a layout that misses the workload's SLO (measured, or predicted even at concurrency 1) cannot win while
+        # another may meet it
+        missed = {c["name"]: planner.slo_missed(c) for c in valid}
+        if all(missed.values()):
+            missed = {}
+        ranked = sorted((c for c in valid if not missed.get(c["name"])), key=lambda c: (-figure(c), c["name"]))
         top = figure(ranked[0]) if ranked else 0.0
+        for name, why in missed.items():
+            if why:
+                rows[name]["status"], rows[name]["note"] = "misses the SLO", why
         for c in ranked:
             row = rows[c["name"]]
             if c["name"] in failed and not _measured(c) and not remeasure:
@@ -123,6 +131,15 @@ def report_lines(tune):
     return lines
 
 
+def _bench_batch_sizes(result, measure):
+    """The batch sizes the tune's benches run: each measured layout's point (the workload's concurrency, `max`'s
+    or the SLO's: its estimate's), else the plan's."""
+    sizes = {int(c["estimate"]["concurrency"]) for c in result["candidates"]
+             if c.get("name") in measure and isinstance((c.get("estimate") or {}).get("concurrency"), (int, float))}
+    fallback = result.get("concurrency") or result["workload"]["concurrency"]
+    return sorted(sizes) or [int(fallback) if isinstance(fallback, (int, float)) else 1]
+
+
 def tune_plan(request, failures=None, tune_max=3, tune_remeasure=False, tune_layouts=None):
     """Plan a tune: the plan as `auto` (with this machine's fit), requested_layout tune, and the selection with its
     report lines. Returns (plan, fit to save or None, selection); PlanError for a bad tune_max or tune_layouts."""
@@ -138,6 +155,6 @@ def tune_plan(request, failures=None, tune_max=3, tune_remeasure=False, tune_lay
     # what the starts cost (tune_start.py): the candidates start cheaper, for the bench's batch size only
     selection["start"] = tune_start.tune_cost(
         SGLANG_FACTS[result["sglang_version"]], result["memory"]["gpu_memory_bytes"], result["candidates"],
-        selection["measure"], request.server_args or {}, [int(result["workload"]["concurrency"])])
+        selection["measure"], request.server_args or {}, _bench_batch_sizes(result, selection["measure"]))
     selection["report"] = report_lines(selection) + tune_start.cost_lines(selection["start"])
     return result, fit, selection

@@ -123,7 +123,10 @@ def write_group_vars(inventory, repo_port, user="root", settings=None):
             (group_all / src.name).symlink_to(src)
     (group_all / "connection.yml").write_text(yaml.safe_dump({
         "ansible_host": "127.0.0.1", "ansible_user": user, "ansible_connection": "ansible.builtin.ssh",
-        "ansible_ssh_private_key_file": str(SSH_KEY), "ansible_python_interpreter": "/usr/bin/python3"}))
+        "ansible_ssh_private_key_file": str(SSH_KEY), "ansible_python_interpreter": "/usr/bin/python3",
+        # throwaway hosts with fresh host keys: not checked, not remembered (lab inventories only; ansible.cfg checks)
+        "ansible_host_key_checking": False,
+        "ansible_ssh_common_args": "-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no"}))
     (group_all / "lab.yml").write_text(yaml.safe_dump({
         "lab_repo_port": repo_port, "lab_repo_url": "http://127.0.0.1:{{ lab_repo_port }}"}))
     if settings:

@@ -6,7 +6,7 @@ spec; repository 18085; node 0's API on 30200, node 1's health check server on 3
 are booted once from the provisioned layer (tests/lab/labhosts.py: a copy of the inventory in
 .lab/inventories/pytest-lab-multinode/, its settings linked, each host's lab_layer added), `ansible-playbook -i
 <that copy> deploy.yml` brings the server up (tp8pp2 of GLM-5-NVFP4), and each case drives the user's command
-`deploy.yml --tags relaunch`. A fault is injected on one node as in test_lifecycle.py: the plans the planner made
+`deploy.yml --tags relaunch`. A fault is injected on one node as in test_rollback.py: the plans the planner made
 for a layout (each node's current_plan.json) with SGLANG_SIM_FAULT in node 1's env, passed as topolaunch_plan (an
 extra var, read per host).
 

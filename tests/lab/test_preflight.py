@@ -13,8 +13,10 @@ import os
 import pathlib
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
@@ -221,3 +223,83 @@ def test_a_spec_without_links_is_skipped_with_its_reason(deployed):
             "(lab/specs/README.md), so the worker stand-in has nothing to answer from.") in out
     assert recap(out) == {"nolinks": 0}
     assert ssh("nolinks", "test -e /var/lib/topolaunch/preflight.json || echo absent").strip() == "absent"
+
+
+PVE_PORT = 35501                    # the Proxmox API stand-in (lab/proxmox_standin), on the controller
+PVE_TOKEN = ("topolaunch@pve", "tl", "token-secret-lab")
+PVE_ROOT_PASSWORD = "root-password-lab"
+HOOK = '''#!/usr/bin/env python3
+"""The stand-in's power hook: a reboot of VM 101 powers the lab host `naive` off and on (lab.py stop, start),
+recording first whether our server still ran on it."""
+import subprocess, sys
+action, vmid = sys.argv[1:3]
+if action != "reboot":
+    sys.exit(0)
+unit = subprocess.run(%(ssh)r + ["systemctl is-active %(unit)s || true"], capture_output=True, text=True).stdout
+with open(%(log)r, "a") as f:
+    f.write("reboot %%s unit %%s\\n" %% (vmid, unit.strip()))
+for verb in ("stop", "start"):
+    subprocess.run([%(python)r, %(lab)r, "-i", %(inventory)r, verb, "naive"], check=True, timeout=600)
+'''
+
+
+def test_a_proxmox_restart_stops_our_server_first_and_the_deploy_goes_on(deployed, tmp_path):
+    """Issue 26 item 4: with proxmox_restart_allowed, the config the findings call for is written, our server on the
+    VM is stopped through the cleanup, the VM restarted through the API (the stand-in's reboot powers the lab host
+    off and on), ssh and the driver waited for, the topology read again, and the deploy goes on to a serving server.
+    Booted through community.proxmox's proxmox_kvm against the stand-in, as in tests/sim/test_proxmox_standin.py."""
+    from proxmox_cases import naive_config, write_host_sysfs   # pylint: disable=import-outside-toplevel
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({
+        "nodes": {"pve1": {"vms": {"101": {"config": naive_config(), "status": "running"}}}},
+        "users": {"root@pam": PVE_ROOT_PASSWORD}, "tokens": {"%s!%s" % PVE_TOKEN[:2]: PVE_TOKEN[2]}}))
+    ssh_argv = ["ssh", "-F", "/dev/null", "-i", str(SSH_KEY), "-p", str(HOSTS["naive"][0]), "-o", "BatchMode=yes",
+                "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+                "root@127.0.0.1"]
+    hook, hook_log = tmp_path / "hook.py", tmp_path / "hook.log"
+    hook.write_text(HOOK % {"ssh": ssh_argv, "unit": UNIT, "log": str(hook_log), "python": sys.executable,
+                            "lab": str(ROOT / "lab" / "lab.py"), "inventory": str(INVENTORY)})
+    hook.chmod(0o755)
+    pve_inventory = tmp_path / "pve.yml"
+    pve_inventory.write_text(yaml.safe_dump({"all": {"children": {"proxmox_hosts": {"hosts": {"pve1": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable, "proxmox_node": "pve1",
+        "proxmox_api_host": "127.0.0.1", "proxmox_api_port": PVE_PORT, "proxmox_api_user": PVE_TOKEN[0],
+        "proxmox_api_token_id": PVE_TOKEN[1], "proxmox_ca_path": str(tmp_path / "tls" / "ca.pem"),
+        "proxmox_sysfs_root": write_host_sysfs(str(tmp_path / "sys"))}}}},
+        "hosts": {"naive": {"proxmox_vmid": 101, "proxmox_node": "pve1"}}}}))
+    secrets = tmp_path / "secrets.json"          # as ansible-vault would give them: never on the command line
+    secrets.write_text(json.dumps({"proxmox_api_token_secret": PVE_TOKEN[2], "proxmox_root_password": PVE_ROOT_PASSWORD}))
+    secrets.chmod(0o600)
+    booted = ssh("naive", "systemctl show -P UserspaceTimestampMonotonic").strip()
+    started = unit_start("naive")
+    log = open(tmp_path / "standin.log", "w", encoding="utf-8")
+    standin = subprocess.Popen([sys.executable, str(ROOT / "lab" / "proxmox_standin" / "standin.py"), "--state",
+                                str(state), "--port", str(PVE_PORT), "--tls-dir", str(tmp_path / "tls"),
+                                "--power-hook", str(hook)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:                     # the stand-in listens (a condition with a deadline)
+            try:
+                socket.create_connection(("127.0.0.1", PVE_PORT), timeout=1).close()
+                break
+            except OSError:
+                assert standin.poll() is None and time.monotonic() < deadline, (tmp_path / "standin.log").read_text()
+                time.sleep(0.2)
+        rc, out = play("-i", str(pve_inventory), "--skip-tags", "bench,provision", "--limit", "naive,pve1",
+                       "-e", "@%s" % secrets, "-e", "topolaunch_proxmox_manage=true", "-e", "proxmox_apply=true",
+                       "-e", "proxmox_restart_allowed=true")
+    finally:
+        standin.terminate()
+        standin.wait(timeout=10)
+        log.close()
+    assert rc == 0, out[-8000:] + (tmp_path / "standin.log").read_text()[-2000:]
+    assert PVE_TOKEN[2] not in out and PVE_ROOT_PASSWORD not in out
+    assert hook_log.read_text() == "reboot 101 unit inactive\n"            # our server was stopped before the reboot
+    vm = json.loads(state.read_text())["nodes"]["pve1"]["vms"]["101"]
+    assert vm["pending"] == {} and vm["status"] == "running"
+    assert vm["config"]["numa"] in (1, "1") and vm["config"]["numa1"].startswith("cpus=32-63,hostnodes=1")
+    assert "restarted naive with the new config" in out
+    assert "naive: back after its restart, NVML sees 8 GPU(s)" in out
+    assert out.count("PLAY [Stage topology]") == 2                          # read again after the restart
+    assert ssh("naive", "systemctl show -P UserspaceTimestampMonotonic").strip() != booted
+    assert unit_start("naive") != started and ssh("naive", "systemctl is-active " + UNIT).strip() == "active"

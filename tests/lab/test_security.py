@@ -247,6 +247,10 @@ def test_the_hardened_unit_serves_and_rates_ok(host, secret_run):
     ({"launch_read_write_paths": ["relative/cache"]},
      ["systemd-analyze verify refuses the rendered unit", "not absolute", "nothing was stopped"]),
     ("plan", ["served_model_name 'glm", "contains a control character", "nothing was stopped"]),
+    # issue 25 items 3 and 4: a key SGLang would read as a flag, and a second --config, refused before any stop
+    ({"topolaunch_api_key": "--host=0.0.0.0"}, ["(api-key, from topolaunch_api_key): the value begins with '-'",
+                                                "nothing was stopped"]),
+    ({"topolaunch_server_args": {"config": "/etc/sglang/extra.yaml"}}, ["server_args.config is set by the planner"]),
 ])
 def test_hostile_input_never_costs_the_running_server(host, secret_run, tmp_path, case, words):
     before = host.unit()

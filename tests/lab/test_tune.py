@@ -193,3 +193,45 @@ def test_every_candidate_failing_relaunches_the_last_good_plan_and_fails(first, 
         assert len(list((tmp_path / "results").rglob("*.error.json"))) == len(others)
     finally:
         TUNE.write_inventory(lab_sim_layout_speed=SPEED)
+
+
+# An SLO the fastest layout misses: the model plans tp4pp2 near the workload's 32 requests and tp1pp8 at 3 or fewer
+# (tests/unit/plugins/module_utils/test_plan_score_objective.py pins it); the simulator slows tp4pp2 until its median TPOT
+# is ~2x the target while it still serves the most tokens, and speeds tp1pp8 until it meets both targets.
+SLO_WORKLOAD = {"input_len": 64, "output_len": 16, "concurrency": 32, "slo": {"ttft_ms": 400, "tpot_ms": 60}}
+SLO_SPEED, SLO_FAST, SLO_MEETS = "tp4pp2=0.1,tp1pp8=0.7", "tp4pp2", "tp1pp8"
+
+
+def test_a_tune_with_an_slo_ends_on_the_fastest_layout_that_meets_it(lab_host, tmp_path):
+    TUNE.write_inventory(lab_sim_layout_speed=SLO_SPEED)
+    try:
+        run = tune(tmp_path, topolaunch_workload=SLO_WORKLOAD, tune_layouts=[SLO_FAST, SLO_MEETS])
+        assert run.returncode == 0, run.stdout[-8000:]
+        plan = json.loads((tmp_path / "artifacts" / TUNE.host / "plan.json").read_text())
+        candidates = {c["name"]: c for c in json.loads(
+            (tmp_path / "artifacts" / TUNE.host / "candidates.json").read_text())}
+        fast, meets = candidates[SLO_FAST]["measured"], candidates[SLO_MEETS]["measured"]
+        assert fast["output_throughput"] > meets["output_throughput"]          # the fastest ...
+        assert fast["slo_met"] is False and "TPOT" in " ".join(fast["slo_misses"])   # ... missed it
+        assert meets["slo_met"] is True and meets["max_concurrency"] < fast["max_concurrency"]
+        assert plan["layout"]["name"] == SLO_MEETS and plan["source"] == "measured"
+        assert plan["concurrency"] == meets["max_concurrency"]
+        assert host_json("/var/lib/topolaunch/current_plan.json")["layout"]["name"] == SLO_MEETS and healthy()
+        said = " ".join(run.stdout.split())
+        assert "the fastest measured layout that met the SLO" in said and "%s missed it" % SLO_FAST in said
+        assert "SLO p99 TTFT <= 400 ms, p50 TPOT <= 60 ms missed" in said    # the bench's check
+        assert list((tmp_path / "results").rglob("*_interactivity.png"))
+    finally:
+        TUNE.write_inventory(lab_sim_layout_speed=SPEED)
+
+
+def test_concurrency_max_plans_what_every_replica_admits(lab_host, tmp_path):
+    run = TUNE.playbook("deploy.yml", "--tags", "plan", extra={
+        "topolaunch_artifacts_dir": str(tmp_path / "artifacts"), "topolaunch_results_dir": str(tmp_path / "results"),
+        "topolaunch_workload": dict(SLO_WORKLOAD, concurrency="max", slo={})})
+    assert run.returncode == 0, run.stdout[-8000:]
+    plan = json.loads((tmp_path / "artifacts" / TUNE.host / "plan.json").read_text())
+    est = plan["estimate"]
+    admitted = min(est["kv_capacity_requests"] // plan["layout"]["dp"], 4096) * plan["layout"]["dp"]
+    assert plan["concurrency"] == est["concurrency"] == min(admitted, 1024) > 1
+    assert "max: what every replica admits" in plan["reason"]

@@ -4,7 +4,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.topolaunch.sglang.plugins.filter.proxmox import (FilterModule, proxmox_guests,
-                                                                         proxmox_restart_pending)
+                                                                         proxmox_restart_guests, proxmox_restart_pending)
 
 HOSTVARS = {"pve1": {"proxmox_node": "pve1"}, "gpu2": {"proxmox_vmid": 102, "proxmox_node": "pve1"},
             "gpu1": {"proxmox_vmid": "101", "proxmox_node": "pve1"}, "gpu3": {"proxmox_vmid": 103,
@@ -37,4 +37,13 @@ def test_restart_pending_only_for_running_vms_with_pending_keys():
     assert proxmox_restart_pending(answers("stopped", pending)) == []
     assert proxmox_restart_pending(answers("running", [{"key": "name", "value": "gpu-vm"}])) == []
     assert proxmox_restart_pending(None) == []
-    assert set(FilterModule().filters()) == {"proxmox_guests", "proxmox_restart_pending"}
+    assert set(FilterModule().filters()) == {"proxmox_guests", "proxmox_restart_pending", "proxmox_restart_guests"}
+
+
+def test_restart_guests_are_the_vms_a_restart_applies_changes_to():
+    pending = [{"key": "numa0", "pending": "cpus=0-31"}, {"key": "name", "value": "gpu-vm"}]
+    both = answers("running", pending) + answers("running", pending, host="gpu2", vmid=102) + answers(
+        "stopped", pending, host="gpu3", vmid=103)
+    assert proxmox_restart_guests(both) == [{"host": "gpu1", "vmid": 101, "keys": ["numa0"]},
+                                            {"host": "gpu2", "vmid": 102, "keys": ["numa0"]}]
+    assert proxmox_restart_guests(None) == []

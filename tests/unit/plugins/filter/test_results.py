@@ -1,7 +1,9 @@
 """filter_plugins/results.py: where a plan's results are filed (the rule of plugin_utils/results.py), the bench's
 points, a sweep's default layouts."""
 from ansible_collections.topolaunch.sglang.plugins.filter.results import (FilterModule, bench_points,
-                                                                         results_fingerprint, sweep_layouts)
+                                                                         results_fingerprint, slo_verdict,
+                                                                         sweep_layouts)
+from ansible_collections.topolaunch.sglang.plugins.module_utils.plan_score import check_workload
 
 
 def test_a_server_across_nodes_is_filed_under_its_cluster_fingerprint():
@@ -29,4 +31,16 @@ def test_a_sweep_takes_the_best_valid_layout_of_each_shape():
 
 
 def test_the_filters_are_named():
-    assert set(FilterModule().filters()) == {"results_fingerprint", "bench_points", "sweep_layouts"}
+    assert set(FilterModule().filters()) == {"results_fingerprint", "bench_points", "sweep_layouts", "slo_verdict"}
+
+
+def test_a_measured_point_is_judged_on_the_slos_percentiles():
+    slo = check_workload({"slo": {"ttft_ms": 500, "tpot_ms": 40}})[0]["slo"]
+    point = {"max_concurrency": 32, "ttft_p99_ms": 620.0, "ttft_p50_ms": 200.0, "tpot_p50_ms": 35.0,
+             "tpot_p99_ms": 90.0}
+    assert slo_verdict(point, slo) == ("concurrency 32: SLO p99 TTFT <= 500 ms, p50 TPOT <= 40 ms missed: "
+                                       "measured p99 TTFT 620.0 ms > 500 ms")
+    median = check_workload({"slo": {"ttft_ms": 500, "ttft_percentile": 50}})[0]["slo"]
+    assert slo_verdict(point, median) == "concurrency 32: SLO p50 TTFT <= 500 ms met"
+    assert "missed: measured p99 TPOT not known" in slo_verdict(
+        {"max_concurrency": 1}, check_workload({"slo": {"tpot_ms": 9, "tpot_percentile": 99}})[0]["slo"])

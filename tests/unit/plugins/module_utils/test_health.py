@@ -272,6 +272,26 @@ def test_a_different_plan_or_mode_is_written_again(state, ready_on_30000):
     assert record_last_good(text, str(last_good), owner=ME) is False
 
 
+def test_a_full_disk_under_the_state_dir_leaves_the_healthy_server_up_with_a_warning(state, ready_on_30000,
+                                                                                     monkeypatch):
+    """Issue 25 item 5: writing the last-good record failed with ENOSPC and raised, so health failed and the
+    rollback stopped the healthy new server. Now the check passes and warns; nothing half-written is left."""
+    state_dir, _ = state
+
+    def full(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(module_health, "write_atomic", full)
+    res = _check(state_dir, Unit([(active(), LOG)]), Server(), Clock())
+    assert res["state"] == "ready" and res["verified"] is True and res["last_good_changed"] is False
+    assert len(res["warnings"]) == 1 and res["warnings"][0].startswith(
+        "The server is healthy, but recording it as the last known good plan failed: %s: No space left on device. "
+        "It keeps running" % (state_dir / "last_good_plan.json")), res["warnings"]
+    assert not (state_dir / "last_good_plan.json").exists()
+    with pytest.raises(HealthError, match="recording it as the last known good plan failed"):
+        record_last_good("{}", str(state_dir / "last_good_plan.json"), owner=ME)   # without a warnings list: refused
+
+
 def test_check_mode_verifies_but_writes_nothing(state, ready_on_30000):
     state_dir, _ = state
     clock, server = Clock(), Server()

@@ -393,6 +393,13 @@ def test_an_env_file_line_broken_by_a_value_fails(host):
     ("unit_content", "[Service]\nExecStart=/x\r\n", "unit file line 2 (ExecStart) contains a control character ('\\r')"),
     ("config_content", 'api-key: "sk-v3ry-s3cr3t\x1f"\n', "server config file line 1 (api-key) contains a control character"),
     ("config_content", "api-key: sk-v3ry-s3cr3t\n", 'server config file line 1 (api-key) is not key: "value"'),
+    # issue 25 item 3: keys SGLang cannot read (it puts the value after --api-key in argv; it reads the file in the
+    # locale's encoding): refused naming topolaunch_api_key before cleanup could stop the working server
+    ("config_content", 'api-key: "--host=0.0.0.0"\n', "server config file line 1 (api-key, from topolaunch_api_key): "
+     "the value begins with '-', which SGLang's argument parser takes for a flag"),
+    ("config_content", 'api-key: "-k3y"\n', "(api-key, from topolaunch_api_key): the value begins with '-'"),
+    ("config_content", 'api-key: "s\u00e9cr\u00e8t"\n', "(api-key, from topolaunch_api_key): the value has 2 "
+     "character(s) outside printable ASCII"),
 ])
 @pytest.mark.parametrize("state", ["checked", "started"])
 def test_a_control_character_in_a_rendered_file_fails_before_anything(host, field, content, words, state):
@@ -403,7 +410,7 @@ def test_a_control_character_in_a_rendered_file_fails_before_anything(host, fiel
         call(host, sd, state=state, **{field: content})
     msg = str(exc.value)
     assert msg.startswith("Cannot launch: ") and words in msg and msg.endswith("nothing was stopped."), msg
-    assert "s3cr3t" not in msg and "hf_x" not in msg
+    assert "s3cr3t" not in msg and "hf_x" not in msg and "0.0.0.0" not in msg and "k3y" not in msg
     assert sd.calls == [] and not (host / "state").exists() and not (host / "etc").exists()
 
 
@@ -628,3 +635,40 @@ def test_a_failed_launch_call_carries_what_the_rollback_needs(host):
     assert refused["server_stopped"] is False and refused["last_good_differs"] is False
     (state / "last_good_plan.json").unlink()
     assert rollback_facts(str(state), failed, {})["last_good_plan"] == {}
+
+
+class _Fs:
+    """os.statvfs's answer for a file system with `free` bytes (4 KiB blocks)."""
+
+    def __init__(self, free, fsid=7):
+        self.f_bavail, self.f_frsize, self.f_fsid = free // 4096, 4096, fsid
+
+
+def test_a_full_disk_is_refused_in_validate_before_anything_is_stopped(host, monkeypatch):
+    """Issue 25 item 5: ENOSPC writing the unit was a bare OSError traceback, after cleanup had stopped the working
+    server. Validate now checks room for every file the launch writes, naming the directories."""
+    o = dict(opts(host, state="checked"), config_content="")
+    short = launch_mod.space_problems(dict(launch_mod.DEFAULTS, **o), statvfs=lambda _p: _Fs(4096))
+    assert len(short) == 1 and short[0].endswith("4096 bytes free, the launch needs %d"
+                                                  % (launch_mod.SPACE_MARGIN + 2 * sum(
+                                                      len(c.encode()) for c in (ENV, o["unit_content"],
+                                                                                plan_text(o["plan"])))))
+    assert str(host / "state") in short[0] and str(host / "systemd") in short[0]
+    assert launch_mod.space_problems(dict(launch_mod.DEFAULTS, **o), statvfs=lambda _p: _Fs(1 << 30)) == []
+    monkeypatch.setattr(launch_mod.os, "statvfs", lambda _p: _Fs(4096))
+    sd = Systemd(host)
+    with pytest.raises(LaunchError) as exc:
+        call(host, sd, state="checked")
+    assert "bytes free, the launch needs" in str(exc.value) and str(exc.value).endswith("nothing was stopped.")
+    assert sd.calls == []
+
+
+def test_a_write_that_fails_is_one_line_naming_the_file(host, monkeypatch):
+    def full(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(launch_mod, "write_atomic", full)
+    with pytest.raises(LaunchError) as exc:
+        call(host, Systemd(host))
+    assert str(exc.value) == "Writing %s failed: No space left on device" % (host / "etc" / "sglang.env")
+    assert exc.value.result["written"] == [str(host / "etc"), str(host / "state")]

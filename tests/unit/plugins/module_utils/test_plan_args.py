@@ -42,6 +42,15 @@ def test_bad_server_args_are_named(args, words):
     assert any(words in r for r in reasons), reasons
 
 
+@pytest.mark.parametrize("version", ["0.5.9", "0.5.23"])
+def test_a_config_file_of_the_operator_is_refused_as_managed(version):
+    """Issue 25 item 4: server_args {config: ...} gave the server a second --config (both releases exit "Multiple
+    config files specified!" once the launch writes its own, after cleanup), or set flags the planner refuses."""
+    _, _, reasons, _ = check_server_args({"config": "/etc/sglang/extra.yaml"}, FlagIndex(version))
+    assert reasons == ["server_args.config is set by the planner: use each flag as its own key of "
+                       "topolaunch_server_args: the launch writes the server's --config file itself"], reasons
+
+
 def test_both_tables_load_and_a_local_label_maps_to_its_base():
     assert plan_args.supported_versions() == ["0.5.9", "0.5.23"]
     for version in ("0.5.9", "0.5.23"):

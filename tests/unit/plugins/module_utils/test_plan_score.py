@@ -128,11 +128,11 @@ def test_two_tp4_replicas_beat_tp8_on_an_nvswitch_box(tmp_path):
 @pytest.mark.parametrize("workload, message", [
     ({"input_len": 0}, "workload.input_len must be a positive integer, got 0"),
     ({"output_len": -5}, "workload.output_len must be a positive integer, got -5"),
-    ({"concurrency": 0}, "workload.concurrency must be a positive integer, got 0"),
-    ({"concurrency": 1.5}, "workload.concurrency must be a positive integer, got 1.5"),
-    ({"concurrency": "many"}, "workload.concurrency must be a positive integer, got 'many'"),
-    ({"batch": 4}, "workload has unknown keys batch (allowed: input_len, output_len, concurrency)"),
-    ("1024/1024", "workload must be a mapping {input_len, output_len, concurrency}, got '1024/1024'"),
+    ({"concurrency": 0}, "workload.concurrency must be a positive integer or max, got 0"),
+    ({"concurrency": 1.5}, "workload.concurrency must be a positive integer or max, got 1.5"),
+    ({"concurrency": "many"}, "workload.concurrency must be a positive integer or max, got 'many'"),
+    ({"batch": 4}, "workload has unknown keys batch (allowed: input_len, output_len, concurrency, slo)"),
+    ("1024/1024", "workload must be a mapping {input_len, output_len, concurrency, slo}, got '1024/1024'"),
 ])
 def test_bad_workload_is_refused_naming_the_field(vnuma, workload, message):
     with pytest.raises(planner.PlanError) as exc:

@@ -264,7 +264,7 @@ def test_processes_on_planned_gpus_are_warned(tmp_path):
     facts = synth_facts(VNUMA, tmp_path)
     facts["gpus"][2]["processes"] = [{"pid": 4242, "used_memory_bytes": 5 << 30}]
     plan = planner.plan(planner.PlanRequest(topology=facts, model_path=model_path("glm-5-nvfp4"), layout="tp8"))
-    assert any("GPU 2 holds processes 4242" in w for w in plan["warnings"])
+    assert any(w.startswith("GPU 2 holds processes (GPU 2: 4242)") for w in plan["warnings"]), plan["warnings"]
 
 
 def test_nvml_order_that_is_not_bus_order_is_warned(tmp_path):
@@ -288,10 +288,11 @@ def test_flashinfer_all_to_all_with_pp_is_warned(vnuma):
 def test_plan_takes_one_request_object(vnuma):
     with pytest.raises(planner.PlanError) as exc:
         planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layot="tp8")
-    assert exc.value.reasons == ["unknown plan request field(s) layot (known: allow_cross_node_tp, dist_init_addr, "
-                                 "fits, gpus, host, layout, measured, metrics, model, model_path, nccl_topo_file, "
-                                 "nnodes, node_rank, node_servers, node_topologies, port, pp_layer_partition, preflight, "
-                                 "served_model_name, server_args, sglang_version, topology, workload)"]
+    assert exc.value.reasons == ["unknown plan request field(s) layot (known: allow_cross_node_tp, api_key_set, "
+                                 "dist_init_addr, fits, gpus, host, layout, listen_without_api_key, measured, "
+                                 "metrics, model, model_path, nccl_topo_file, nnodes, node_rank, node_servers, "
+                                 "node_topologies, port, pp_layer_partition, preflight, served_model_name, "
+                                 "server_args, sglang_version, topology, workload)"]
     with pytest.raises(planner.PlanError, match="plan\\(\\) takes a PlanRequest, got dict"):
         planner.plan({"topology": vnuma})
     request = planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8")
@@ -453,3 +454,33 @@ def test_what_pp_refuses_is_the_versions(vnuma):
 ])
 def test_a_bad_decode_graph_size_is_named_in_the_versions_field(vnuma, version, args, reason):
     assert reason in refused(vnuma, "tp8", sglang_version=version, server_args=args)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", " 0.0.0.0 "])
+def test_listening_everywhere_without_an_api_key_is_refused_unless_asked_for(vnuma, host):
+    """Issue 25 item 2: 0.0.0.0 or :: without an API key served anyone who reached the port, silently."""
+    reasons = refused(vnuma, "tp8", host=host)
+    assert any(r.startswith("host %s (topolaunch_host) listens on every address without an API key: set "
+                            "topolaunch_api_key" % host.strip()) for r in reasons), reasons
+    kept = planner.plan(planner.PlanRequest(topology=vnuma, layout="tp8", model_path=model_path("glm-5-nvfp4"),
+                                            host=host, listen_without_api_key=True))
+    assert any("listens on every address without an API key" in w and "topolaunch_listen_without_api_key is true"
+               in w for w in kept["warnings"]), kept["warnings"]
+    keyed = planner.plan(planner.PlanRequest(topology=vnuma, layout="tp8", model_path=model_path("glm-5-nvfp4"),
+                                             host=host, api_key_set=True))
+    assert not any("every address" in w for w in keyed["warnings"])
+    loopback = planner.plan(planner.PlanRequest(topology=vnuma, layout="tp8", model_path=model_path("glm-5-nvfp4")))
+    assert not any("every address" in w for w in loopback["warnings"])
+
+
+@pytest.mark.parametrize("value, words", [
+    ("nan", "server_args.mem_fraction_static must be a finite number, got 'nan'"),
+    ("inf", "server_args.mem_fraction_static must be a finite number, got 'inf'"),
+    (float("nan"), "server_args.mem_fraction_static must be a finite number, got nan"),
+    (1e308, "server_args.mem_fraction_static must be between 0 and 1, got 1e+308"),
+    ("²", "server_args.mem_fraction_static must be a number, got '²'"),
+    ("--5", "server_args.mem_fraction_static must be a number, got '--5'"),
+])
+def test_a_fraction_that_is_not_a_fraction_is_refused_naming_the_field(vnuma, value, words):
+    """Issue 25 item 14: "nan", "inf" and 1e308 raised a traceback (int(NaN) in the memory estimate)."""
+    assert words in refused(vnuma, "tp8", server_args={"mem_fraction_static": value})

@@ -137,3 +137,27 @@ def test_a_tune_shows_predicted_against_measured(tmp_path):
     [plot] = [p for p in written if os.path.basename(p).startswith("tune_")]
     assert "](plots/%s)" % os.path.basename(plot) in findings and png_size(plot)[0] >= 600
     assert findings.index("## Tune of") < findings.index("## Failures")
+
+
+def test_a_tune_draws_the_interactivity_curve_with_its_slo(tmp_path):
+    """Per layout: output tok/s per GPU against output tok/s per user, the plan's predicted curve as a line and the
+    measured points (1000 / median TPOT), the TPOT SLO as a line."""
+    store(tmp_path, "tp8", "2026-11-30T10:00:00Z", {4: 1800.0}, server_info=SERVER_INFO_SIM)
+    tune = tune_data()
+    tune["workload"]["output_len"] = 32   # the stored run's lengths
+    tune["workload"]["slo"] = {"ttft_ms": 900.0, "tpot_ms": 20.0, "ttft_percentile": 99, "tpot_percentile": 50}
+    for row in tune["layouts"]:
+        row["gpus"] = 8
+        row["curve"] = [[1, 100.0, 100.0], [4, 320.0, 80.0]] if row["layout"] == "tp8" else None
+    results.record_tune(str(tmp_path), "glm-5-nvfp4", "a1b2c3d4e5f6", "2026-11-30T09:59:00Z", dict(tune, host="f"))
+    groups = results.summarize(results.load_runs(str(tmp_path)))
+    [stored] = results.load_tunes(str(tmp_path))
+    series = {s["layout"]: s for s in report.interactivity_series(stored, groups)}
+    tpot = groups[0]["layouts"]["tp8"][4]["tpot_p50_ms"]
+    assert series["tp8"]["predicted"] == [(100.0, 12.5), (80.0, 40.0)]
+    assert series["tp8"]["measured"] == [(1000.0 / tpot, 1800.0 / 8, 4)]
+    written = report.build(str(tmp_path), now="NOW")
+    [plot] = [p for p in written if p.endswith("_interactivity.png")]
+    assert png_size(plot)[0] >= 600
+    assert "Interactivity: throughput per GPU vs speed per user (SLO also p99 TTFT <= 900 ms)" in \
+        (tmp_path / "FINDINGS.md").read_text()

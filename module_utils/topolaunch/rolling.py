@@ -1,0 +1,180 @@
+"""Rolling replacement of a DP layout's replicas behind the model gateway (issue 22 item 3).
+
+A relaunch that keeps the layout (a restart or launch_force, a server-args change, an SGLang upgrade) and runs
+dp >= 2 replicas behind the gateway replaces them one at a time: remove the replica from the gateway, drain it
+(its in-flight requests finish, bounded by topolaunch_drain_timeout), clean it up, launch it, check its health, add
+it back. A layout change (another replica count, or a replica on other GPUs, NUMA nodes, host or port) replaces
+everything as before, and `decide` says so before anything stops. `Gateway` is a small client of smg 1.13.0's
+worker API (the routes compiled into its smg_rs binary and documented in smg's docs/reference/api/admin.md):
+GET /workers ({"workers": [{"id", "url", ...}]}), POST /workers {"url": ...} (202 with worker_id; added in the
+background), DELETE /workers/{id} (202), GET /get_loads ({"loads": [{"worker", "dp_rank", "num_running_reqs",
+"num_waiting_reqs", ...}]}), shapes checked against a running smg 1.13.0. A removed worker leaves /get_loads, so a
+drain polls the replica's own SGLang GET /v1/loads (same entries, no "worker"). Plain Python 3.9+ stdlib.
+"""
+import json
+import time
+import urllib.error
+import urllib.request
+
+__all__ = ["RollingError", "LAYOUT_KEYS", "drain_timeout", "layout", "decide", "Gateway", "in_flight", "replica_loads",
+           "drain",
+           "STEPS", "sequence", "failed"]
+
+# What makes a replica's place in the layout: changing any of these is a layout change.
+LAYOUT_KEYS = ("index", "host", "port", "gpu_indices", "numa_nodes")
+
+
+class RollingError(ValueError):
+    """Bad input or a failed step of a rolling relaunch: the message names the field or the replica."""
+
+
+def drain_timeout(value, field="topolaunch_drain_timeout"):
+    """The drain bound in seconds: a number > 0 (a string from -e key=value too)."""
+    try:
+        seconds = float(str(value).strip())
+    except (TypeError, ValueError):
+        raise RollingError("%s: %r is not a number of seconds" % (field, value)) from None
+    if not seconds > 0 or seconds != seconds or seconds == float("inf"):
+        raise RollingError("%s: %r must be a number of seconds > 0" % (field, value))
+    return seconds
+
+
+def layout(replicas):
+    """The layout of a list of replicas (replicas.split): per replica its index, host, port, GPUs and NUMA nodes."""
+    out = []
+    for r in replicas or []:
+        out.append(tuple((k, json.dumps(r.get(k), sort_keys=True)) for k in LAYOUT_KEYS))
+    return sorted(out)
+
+
+def decide(running, wanted, gateway):
+    """How to relaunch: {"mode": "rolling" | "all", "reason": ...}. `running`: the replicas the host runs now
+    (replicas.split of the running plan; empty when none run), `wanted`: those of the new plan, `gateway`: whether
+    the replicas run behind the gateway. Rolling needs the gateway, dp >= 2 and the same layout."""
+    n_old, n_new = len(running or []), len(wanted or [])
+    if not gateway:
+        return {"mode": "all", "reason": "no gateway in front of the replicas: every replica is replaced at once"}
+    if n_new < 2:
+        return {"mode": "all", "reason": "dp = %d: one replica cannot be replaced while another serves" % n_new}
+    if n_old == 0:
+        return {"mode": "all", "reason": "no replica runs yet: all %d replicas are launched" % n_new}
+    if layout(running) != layout(wanted):
+        if n_old != n_new:
+            what = "dp %d -> %d" % (n_old, n_new)
+        else:
+            what = "replica %s moves: GPUs, NUMA nodes, host or port" % ", ".join(map(str, _moved(running, wanted)))
+        return {"mode": "all", "reason": "the layout changes (%s): every replica is replaced at once, the endpoint "
+                                         "is down until the new replicas are healthy" % what}
+    return {"mode": "rolling", "reason": "the layout is unchanged: %d replicas are replaced one at a time behind "
+                                         "the gateway" % n_new}
+
+
+# One replica's turn in a rolling relaunch, in order; the other replicas serve meanwhile.
+STEPS = ("remove", "drain", "cleanup", "launch", "health", "add")
+
+
+def sequence(wanted):
+    """The rolling relaunch as (replica index, step) pairs: each replica's STEPS in turn, lowest index first."""
+    return [(int(r["index"]), step) for r in sorted(wanted or [], key=lambda r: int(r["index"])) for step in STEPS]
+
+
+def failed(replica, step, why, done):
+    """The one-line failure of a rolling relaunch stopped at `replica`'s `step`: it names the replica (unit and
+    index), what failed, and which replicas were replaced before it (`done`) and which were left untouched."""
+    return ("rolling relaunch stopped at replica %s (%s), step %s: %s; it was rolled back to its last good plan, "
+            "replicas replaced before it: %s" % (replica.get("index"), replica.get("unit"), step, why,
+                                                 ", ".join(str(i) for i in done) or "none"))
+
+
+def _moved(running, wanted):
+    old = {int(r.get("index", -1)): layout([r]) for r in running or []}
+    return [int(r.get("index", -1)) for r in wanted or [] if old.get(int(r.get("index", -1))) != layout([r])]
+
+
+def in_flight(loads, url=None):
+    """Requests running or waiting on worker `url`, summed over its dp ranks, from a load answer: smg 1.13.0's
+    GET /get_loads ({"loads": [{"worker": url, "dp_rank", "num_running_reqs", "num_waiting_reqs", ...}]}, one entry
+    per worker and rank) or SGLang's own GET /v1/loads (the same entries without "worker"; url=None). None when the
+    answer holds no entry for it (the gateway no longer polls a removed worker)."""
+    entries = [e for e in (loads or {}).get("loads") or [] if isinstance(e, dict)
+               and (url is None or str(e.get("worker", "")).rstrip("/") == str(url).rstrip("/"))]
+    if not entries:
+        return None
+    return sum(int(e.get("num_running_reqs") or 0) + int(e.get("num_waiting_reqs") or 0) for e in entries)
+
+
+class Gateway:
+    """smg's worker API at `base` (http://host:port); `api_key` (when set) goes in the Authorization header only."""
+
+    def __init__(self, base, api_key=None, timeout=10, opener=None):
+        self.base = str(base).rstrip("/")
+        self.api_key = api_key
+        self.timeout = timeout
+        self._open = opener or urllib.request.urlopen
+
+    def _call(self, method, path, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if self.api_key:
+            req.add_header("Authorization", "Bearer %s" % self.api_key)
+        try:
+            with self._open(req, timeout=self.timeout) as resp:
+                text = resp.read().decode() or "{}"
+                return json.loads(text)
+        except urllib.error.HTTPError as e:
+            raise RollingError("gateway %s %s: HTTP %s" % (method, path, e.code)) from None
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise RollingError("gateway %s %s: %s" % (method, path, e)) from None
+
+    def workers(self):
+        """The gateway's workers: [{..., "id", "url"}] (GET /workers)."""
+        answer = self._call("GET", "/workers")
+        return answer.get("workers") or [] if isinstance(answer, dict) else answer or []
+
+    def worker_id(self, url):
+        for w in self.workers():
+            if str(w.get("url", "")).rstrip("/") == str(url).rstrip("/"):
+                return w.get("id") or w.get("worker_id")
+        return None
+
+    def remove(self, url):
+        """Take worker `url` out of the pool (DELETE /workers/{id}); False when the gateway does not have it."""
+        wid = self.worker_id(url)
+        if wid is None:
+            return False
+        self._call("DELETE", "/workers/%s" % urllib.request.quote(str(wid), safe=""))
+        return True
+
+    def add(self, url):
+        """Put worker `url` (back) in the pool (POST /workers); the gateway answers 202 and adds it in the
+        background: wait with `present`."""
+        return self._call("POST", "/workers", {"url": url})
+
+    def present(self, url):
+        return self.worker_id(url) is not None
+
+    def loads(self):
+        """smg's load view of every worker (GET /get_loads)."""
+        return self._call("GET", "/get_loads")
+
+
+def replica_loads(url, timeout=10, opener=None):
+    """A replica's own load answer (SGLang's GET /v1/loads): what `drain` polls once the gateway has let it go."""
+    return Gateway(url, timeout=timeout, opener=opener)._call("GET", "/v1/loads")
+
+
+def drain(loads, url, timeout, clock=time.monotonic, wait=time.sleep, interval=0.5):
+    """Wait until replica `url` (already removed from the gateway) has no request in flight, at most `timeout`
+    seconds; `loads()` returns its load answer (replica_loads). Returns the seconds it took; raises naming the
+    replica and topolaunch_drain_timeout when requests are still in flight at the deadline."""
+    start = clock()
+    while True:
+        n = in_flight(loads(), None)
+        if not n:
+            return clock() - start
+        if clock() - start >= timeout:
+            raise RollingError("replica %s still has %d requests in flight after topolaunch_drain_timeout=%gs"
+                               % (url, n, timeout))
+        wait(interval)

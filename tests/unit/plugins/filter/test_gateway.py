@@ -1,0 +1,60 @@
+"""filter_plugins/gateway.py: each replica's one-server inputs, and the other shape's units a relaunch stops."""
+import pathlib
+
+import pytest
+import yaml
+
+from plan_cases import model_path, synth_facts
+from ansible_collections.topolaunch.sglang.plugins.filter.gateway import FilterModule, replica_servers, stale_units
+from ansible_collections.topolaunch.sglang.plugins.module_utils import gateway, planner
+
+ROOT = pathlib.Path(__file__).resolve().parents[4]
+DEFAULTS = yaml.safe_load((ROOT / "roles/topolaunch/defaults/main.yml").read_text())
+
+
+def gateway_serve(plan, facts):
+    return gateway.serve(plan, facts, "auto", DEFAULTS["topolaunch_gateway_releases"],
+                         DEFAULTS["topolaunch_gateway_version"])
+
+
+@pytest.fixture(name="field")
+def fixture_field(tmp_path):
+    facts = synth_facts("proxmox-8x-rtx-pro-6000-vnuma", tmp_path)
+
+    def plan(layout="tp4dp2"):
+        return planner.plan(planner.PlanRequest(topology=facts, model_path=model_path("llama-3.1-70b"),
+                                                layout=layout, sglang_version="0.5.23")), facts
+    return plan
+
+
+def test_served_plan_and_each_replica(field):
+    plan, facts = field()
+    served = gateway_serve(plan, facts)
+    reps = replica_servers(served, "/var/lib/topolaunch", "/etc/topolaunch/sglang.env")
+    assert [(r["unit"], r["state_dir"], r["env_file"]) for r in reps] == [
+        ("topolaunch-sglang@0.service", "/var/lib/topolaunch/replica-0", "/etc/topolaunch/sglang@0.env"),
+        ("topolaunch-sglang@1.service", "/var/lib/topolaunch/replica-1", "/etc/topolaunch/sglang@1.env")]
+    one = reps[1]["plan"]
+    assert one["gpu_indices"] == [4, 5, 6, 7] and one["port"] == 30002 and "--dp-size" not in one["argv"]
+    assert one["argv"][-9:] == ["--host", "127.0.0.1", "--port", "30002", "--numa-node", "1", "1", "1", "1"]
+    assert "replicas" not in one and "gateway" not in one
+    assert replica_servers(plan, "/s", "/e.env") == []       # dp = 1 / gateway never: no replicas
+
+
+def test_the_other_shape_is_stale(field):
+    plan, facts = field()
+    served = gateway_serve(plan, facts)
+    on_host = ["/etc/systemd/system/topolaunch-sglang.service", "/etc/systemd/system/topolaunch-sglang@0.service",
+               "/etc/systemd/system/topolaunch-sglang@3.service", "/etc/systemd/system/topolaunch-gateway.service",
+               "/etc/systemd/system/topolaunch-sglang@x.service", "/etc/systemd/system/other.service"]
+    single = "topolaunch-sglang.service"
+    assert stale_units(on_host, served, single) == [{"unit": "topolaunch-sglang.service", "index": None},
+                                                    {"unit": "topolaunch-sglang@3.service", "index": 3}]
+    assert stale_units(on_host, plan, single) == [{"unit": "topolaunch-gateway.service", "index": None},
+                                                  {"unit": "topolaunch-sglang@0.service", "index": 0},
+                                                  {"unit": "topolaunch-sglang@3.service", "index": 3}]
+    assert stale_units([], served, single) == []
+
+
+def test_filters_are_registered():
+    assert set(FilterModule().filters()) == {"replica_servers", "stale_units"}
