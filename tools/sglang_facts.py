@@ -20,6 +20,10 @@ What one version does when the server args leave it to SGLang, read with ``ast``
                     ordinary serving (0.5.9 server_args.check_server_args; 0.5.23 arg_groups/overrides.py and
                     arg_groups/validation_hook.py check_pipeline_parallel_compat)
     SPARSE_ATTENTION_BACKENDS   the DSA (NSA) backend fields (0.5.9 nsa_*, 0.5.23 dsa_*)
+    LOADER          the default loader's multi-threaded weight read: the server arg its switch is given in
+                    (model_loader_extra_config, JSON), the switch's key and its default (0.5.9 off, 0.5.23 on), the
+                    thread-count key and DEFAULT_NUM_THREADS, and the keys the loader accepts
+                    (model_loader/loader.py DefaultModelLoader._get_weights_iterator)
 
 Every fact is found by the shape of the code that computes it (an ``if gpu_mem < N * 1024`` chain, an
 ``reserved_mem += max(x, M) * K`` line, ...); a shape that is not found stops the tool naming the fact and the
@@ -578,6 +582,59 @@ def sparse_attention_backends(wheel):
     return sorted(found)
 
 
+# ------------------------------------------------------------------------------------------------ LOADER
+
+LOADER_FILE, LOADER_CLASS = "sglang/srt/model_loader/loader.py", "DefaultModelLoader"
+
+
+def _get_calls(func, receiver):
+    """{key: default node} of the `<receiver>.get("key", default)` calls in func."""
+    out = {}
+    for node in ast.walk(func):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                and _name(node.func.value) == receiver and node.args and isinstance(node.args[0], ast.Constant) \
+                and len(node.args) == 2:
+            out.setdefault(node.args[0].value, node.args[1])
+    return out
+
+
+def loader_facts(wheel):
+    """The default loader's multi-threaded read: `use_multithread = extra_config.get("enable_multithread_load",
+    D)` and `extra_config.get("num_threads", self.DEFAULT_NUM_THREADS)` in _get_weights_iterator, the class's
+    DEFAULT_NUM_THREADS, the `allowed_keys = {...}` set; extra_config is load_config.model_loader_extra_config."""
+    where = "%s:%s._get_weights_iterator" % (LOADER_FILE, LOADER_CLASS)
+    tree = wheel.tree(LOADER_FILE)
+    cls = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == LOADER_CLASS), None) \
+        if tree is not None else None
+    func = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "_get_weights_iterator"),
+                None) if cls is not None else None
+    if func is None:
+        raise FactError("%s: no %s (for LOADER)" % (wheel.path.name, where))
+    switch = next((t.id for n in ast.walk(func) if isinstance(n, ast.Assign) for t in n.targets
+                   if isinstance(t, ast.Name) and t.id == "use_multithread"), None)
+    calls = _get_calls(func, "extra_config")
+    on = calls.get("enable_multithread_load")
+    threads = calls.get("num_threads")
+    if switch is None or not (isinstance(on, ast.Constant) and isinstance(on.value, bool)) or threads is None:
+        raise FactError("%s: %s has no use_multithread = extra_config.get(\"enable_multithread_load\", bool) and "
+                        "extra_config.get(\"num_threads\", ...) (for LOADER)" % (wheel.path.name, where))
+    count = next((_const(n.value) for n in cls.body if isinstance(n, ast.Assign)
+                  and any(_name(t) == "DEFAULT_NUM_THREADS" for t in n.targets)), None)
+    allowed = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(_name(t) == "allowed_keys" for t in node.targets) \
+                and isinstance(node.value, ast.Set):
+            allowed = sorted(e.value for e in node.value.elts if isinstance(e, ast.Constant))
+            break
+    source = "".join(ast.get_source_segment(wheel.zip.read(LOADER_FILE).decode("utf-8"), n) or ""
+                     for n in ast.walk(func) if isinstance(n, ast.Attribute) and n.attr == "model_loader_extra_config")
+    if count is None or not allowed or "enable_multithread_load" not in allowed or not source:
+        raise FactError("%s: %s: no DEFAULT_NUM_THREADS, allowed_keys or model_loader_extra_config (for LOADER)"
+                        % (wheel.path.name, where))
+    return {"source": where, "arg": "model_loader_extra_config", "switch": "enable_multithread_load",
+            "default_on": on.value, "threads_key": "num_threads", "default_threads": count, "allowed_keys": allowed}
+
+
 # ------------------------------------------------------------------------------------------------ table
 
 
@@ -587,7 +644,8 @@ def extract_facts(path):
     memory_func = wheel.function(MEMORY_FUNCS, "MEMORY")[1]
     return {"VERSION": wheel.version(), "WHEEL": wheel.path.name, "MEMORY": memory,
             "CUDA_GRAPH": cuda_graph_facts(wheel, memory_func), "RUNNING": running_facts(wheel),
-            "PP": pp_facts(wheel), "SPARSE_ATTENTION_BACKENDS": sparse_attention_backends(wheel)}
+            "PP": pp_facts(wheel), "SPARSE_ATTENTION_BACKENDS": sparse_attention_backends(wheel),
+            "LOADER": loader_facts(wheel)}
 
 
 def render(facts):
@@ -595,7 +653,7 @@ def render(facts):
            % (facts["VERSION"], facts["WHEEL"]), "",
            "Regenerate: tools/sglang_facts.py --all. tools/sglang_facts.py describes every key; each table names the",
            "source function it was read from.", '"""', ""]
-    for key in ("VERSION", "MEMORY", "CUDA_GRAPH", "RUNNING", "PP", "SPARSE_ATTENTION_BACKENDS"):
+    for key in ("VERSION", "MEMORY", "CUDA_GRAPH", "RUNNING", "PP", "SPARSE_ATTENTION_BACKENDS", "LOADER"):
         out.append(PYLITERAL.literal(key, facts[key], sort_dicts=False))
         out.append("")
     return "\n".join(out)

@@ -179,7 +179,7 @@ def default_partition(layers, pp):
 # ----------------------------------------------------------------------------------------------------- memory
 
 
-def _capture_sizes(capture, max_bs):
+def capture_sizes(capture, max_bs):
     """A CUDA graph's captured sizes up to max_bs from the table's {explicit, ranges} (a range stop of None runs to
     max_bs)."""
     sizes = list(capture["explicit"])
@@ -195,7 +195,8 @@ def sglang_memory_defaults(gpu_bytes, tp, pp, values, facts=None, mla=False):
     """What the SGLang version of `facts` (default 0.5.9) sets when the server args leave them unset
     (MEMORY: its _handle_gpu_memory_settings / handle_gpu_memory_settings), for the cases the planner supports
     (no DP attention; VLM adjustments not modelled): {mem_fraction_static, chunked_prefill_size,
-    cuda_graph_max_bs (the decode graph's; 0 without one)}. Server args that are set win, under the version's
+    cuda_graph_max_bs (the decode graph's; 0 without one), decode_graph_sizes and prefill_graph_sizes (the batch
+    sizes / token counts each CUDA graph captures at start; [] without that graph)}. Server args that are set win, under the version's
     names (CUDA_GRAPH: cuda_graph_max_bs in 0.5.9, cuda_graph_max_bs_decode in 0.5.23)."""
     facts = facts or sglang_facts_0_5_9
     memory, graph, reserve = facts.MEMORY, facts.CUDA_GRAPH, facts.MEMORY["reserve"]
@@ -230,7 +231,7 @@ def sglang_memory_defaults(gpu_bytes, tp, pp, values, facts=None, mla=False):
         if mla:
             reserved += reserve["prefill_graph_mla_mib"]
         else:
-            reserved += len(_capture_sizes(graph["prefill"]["capture_sizes"], chunk)) * \
+            reserved += len(capture_sizes(graph["prefill"]["capture_sizes"], chunk)) * \
                 reserve["prefill_graph_mib_per_size"]
     if gpu_mem > reserve["floor_above_mib"]:
         reserved = max(reserved, reserve["floor_mib"])
@@ -241,8 +242,12 @@ def sglang_memory_defaults(gpu_bytes, tp, pp, values, facts=None, mla=False):
     # a value outside (0, 1) is refused (_arg_reasons): the estimates made beside that reason use SGLang's default
     fraction = given if isinstance(given, (int, float)) and 0.0 < given < 1.0 else \
         round((gpu_mem - reserved) / gpu_mem, 3)
+    decode_sizes = [] if decode_off else (list(values[graph["bs_arg"]]) if values.get(graph["bs_arg"])
+                                          else capture_sizes(graph["capture_bs"], graph_bs))
+    prefill_sizes = capture_sizes(prefill["capture_sizes"], chunk) if prefill_on and chunk > 0 else []
     return {"mem_fraction_static": fraction, "chunked_prefill_size": chunk if chunk > 0 else 8192,
-            "cuda_graph_max_bs": 0 if decode_off else graph_bs}
+            "cuda_graph_max_bs": 0 if decode_off else graph_bs, "decode_graph_sizes": decode_sizes,
+            "prefill_graph_sizes": prefill_sizes}
 
 
 def sglang_default_mem_fraction(gpu_bytes, tp, pp, values, facts=None, mla=False):

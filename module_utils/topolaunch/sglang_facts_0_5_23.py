@@ -94,3 +94,13 @@ PP = (
 SPARSE_ATTENTION_BACKENDS = (
     ['dsa_decode_backend', 'dsa_prefill_backend']
 )
+
+LOADER = (
+    {'source': 'sglang/srt/model_loader/loader.py:DefaultModelLoader._get_weights_iterator',
+     'arg': 'model_loader_extra_config',
+     'switch': 'enable_multithread_load',
+     'default_on': True,
+     'threads_key': 'num_threads',
+     'default_threads': 8,
+     'allowed_keys': ['enable_multithread_load', 'num_threads']}
+)

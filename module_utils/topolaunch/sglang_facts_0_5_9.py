@@ -85,3 +85,13 @@ PP = (
 SPARSE_ATTENTION_BACKENDS = (
     ['nsa_decode_backend', 'nsa_prefill_backend']
 )
+
+LOADER = (
+    {'source': 'sglang/srt/model_loader/loader.py:DefaultModelLoader._get_weights_iterator',
+     'arg': 'model_loader_extra_config',
+     'switch': 'enable_multithread_load',
+     'default_on': False,
+     'threads_key': 'num_threads',
+     'default_threads': 8,
+     'allowed_keys': ['enable_multithread_load', 'num_threads']}
+)

@@ -12,9 +12,9 @@ Layouts measured already are not measured again unless `remeasure`; a layout tha
 """
 import math
 
-from . import plan_perf, planner
+from . import plan_perf, planner, tune_start
 from .plan_fit import of_this_machine, plan_with_fit
-from .planner import PlanError
+from .planner import SGLANG_FACTS, PlanError
 
 # sglang_plan's options that only a tune reads (tune_plan's keywords).
 TUNE_OPTIONS = ("failures", "tune_max", "tune_remeasure", "tune_layouts")
@@ -131,6 +131,15 @@ def report_lines(tune):
     return lines
 
 
+def _bench_batch_sizes(result, measure):
+    """The batch sizes the tune's benches run: each measured layout's point (the workload's concurrency, `max`'s
+    or the SLO's: its estimate's), else the plan's."""
+    sizes = {int(c["estimate"]["concurrency"]) for c in result["candidates"]
+             if c.get("name") in measure and isinstance((c.get("estimate") or {}).get("concurrency"), (int, float))}
+    fallback = result.get("concurrency") or result["workload"]["concurrency"]
+    return sorted(sizes) or [int(fallback) if isinstance(fallback, (int, float)) else 1]
+
+
 def tune_plan(request, failures=None, tune_max=3, tune_remeasure=False, tune_layouts=None):
     """Plan a tune: the plan as `auto` (with this machine's fit), requested_layout tune, and the selection with its
     report lines. Returns (plan, fit to save or None, selection); PlanError for a bad tune_max or tune_layouts."""
@@ -143,5 +152,9 @@ def tune_plan(request, failures=None, tune_max=3, tune_remeasure=False, tune_lay
     if selection["reasons"]:
         raise PlanError(selection["reasons"], {"candidates": result["candidates"],
                                                "topology_fingerprint": result["topology_fingerprint"]})
-    selection["report"] = report_lines(selection)
+    # what the starts cost (tune_start.py): the candidates start cheaper, for the bench's batch size only
+    selection["start"] = tune_start.tune_cost(
+        SGLANG_FACTS[result["sglang_version"]], result["memory"]["gpu_memory_bytes"], result["candidates"],
+        selection["measure"], request.server_args or {}, _bench_batch_sizes(result, selection["measure"]))
+    selection["report"] = report_lines(selection) + tune_start.cost_lines(selection["start"])
     return result, fit, selection

@@ -4,6 +4,8 @@ truly the fastest. `deploy.yml -e layout=tune` must end with it running (the tes
 pick), plan.json `source: measured`, FINDINGS.md with predicted and measured figures; a second tune measures and
 relaunches nothing; a candidate that crashes at load (SGLANG_SIM_FAULT crash_during_load@LAYOUT) is recorded and the
 tune ends with a healthy winner; with every candidate crashing the last known good plan runs again and the play fails.
+The candidates start with the decode CUDA graph for the bench's batch size only (faster capture) and the winner is
+launched again with the full set (module_utils/topolaunch/tune_start.py).
 
     .venv/bin/pytest -m lab tests/lab/test_tune.py
 """
@@ -80,6 +82,29 @@ def test_tune_runs_the_measured_winner_not_the_model_pick(first):
     assert candidates[TRUE_WINNER]["measured"]["output_throughput"] > candidates[MODEL_PICK]["measured"][
         "output_throughput"]
     assert plan["fit"]["error_before"] is not None   # the model's error on this machine
+
+
+def decode_captures(log):
+    """(batch sizes, seconds) of each decode CUDA-graph capture in a server log (0.5.23's line, as the simulator
+    writes it: one forward per size, so its time follows the list)."""
+    return [(json.loads(m.group(1)), float(m.group(2))) for m in re.finditer(
+        r"Capture target decode CUDA graph end\. bs=(\[[0-9, ]*\]), elapsed=([0-9.]+) s", log)]
+
+
+def test_candidates_capture_the_bench_batch_size_only_and_the_winner_the_full_set(first):
+    """The candidates started with --cuda-graph-bs-decode at the bench's concurrency (4) and captured faster than
+    the winner, which was launched again with the normal settings: the release's whole list."""
+    invocation = TUNE.ssh("systemctl show -p InvocationID --value topolaunch-sglang.service")[1].strip()
+    running = decode_captures(TUNE.ssh("journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID=%s + INVOCATION_ID=%s"
+                                       % (invocation, invocation))[1])
+    every = decode_captures(TUNE.ssh("journalctl --no-pager -o cat -u topolaunch-sglang.service")[1])
+    candidates = [seconds for sizes, seconds in every if sizes == [4]]
+    assert running and candidates, every
+    assert all(len(sizes) > 1 and 4 in sizes for sizes, _s in running), running   # the release's default list
+    assert max(candidates) < min(seconds for _sizes, seconds in running), (candidates, running)
+    argv = host_json("/var/lib/topolaunch/current_plan.json")["argv"]
+    assert "--cuda-graph-bs-decode" not in argv and "--cuda-graph-bs" not in argv
+    assert "predicted starts on a real box" in " ".join(first["run"].stdout.split()).lower()
 
 
 def test_findings_show_predicted_and_measured(first):

@@ -15,7 +15,7 @@ from simlab import ROOT, SPECS, Lab, children_of, cmdline, free_port, holds_for,
 
 
 import sglang.version  # noqa: E402
-from sglang._sim import flags  # noqa: E402
+from sglang._sim import flags, rank  # noqa: E402
 from sglang._sim.launcher import Launcher  # noqa: E402
 
 LLAMA = "llama-2-7b"
@@ -183,6 +183,37 @@ def test_0_5_23_resolves_per_phase_cuda_graphs_and_pp_turns_the_prefill_graph_of
     old = flags.prepare_server_args(["--model-path", "/m", "--tp-size", "8"])
     old.post_init(97887)
     assert old.graphs() == [("decode", "full", old.cuda_graph_bs)] and old.cuda_graph_max_bs == 512
+
+
+@pytest.mark.parametrize("version, flag", [("0.5.9", "--cuda-graph-bs"), ("0.5.23", "--cuda-graph-bs-decode")])
+def test_capture_time_follows_the_sizes_the_release_captures(monkeypatch, version, flag):
+    """A capture costs per size of the list (SGLang captures one forward per size): the release's default decode
+    list on an RTX PRO 6000 at TP 8 (52 sizes up to 512) against a tune candidate's --cuda-graph-bs 4."""
+    as_release(monkeypatch, version)
+    full = flags.prepare_server_args(["--model-path", "/m", "--tp-size", "8"])
+    full.post_init(97887)
+    one = flags.prepare_server_args(["--model-path", "/m", "--tp-size", "8", flag, "4"])
+    one.post_init(97887)
+    decode = {name: [g for g in args.graphs() if g[0] == "decode"][0][2] for name, args in (("full", full),
+                                                                                             ("one", one))}
+    assert len(decode["full"]) == 52 and decode["full"][-1] == 512 and decode["one"] == [4]
+    plan = {"capture_seconds": None, "capture_seconds_per_size": 0.01}
+    graphs = {name: [{"sizes": sizes} for _phase, _backend, sizes in args.graphs()]
+              for name, args in (("full", full), ("one", one))}
+    seconds = {name: sum(rank.capture_seconds(g, gs, plan) for g in gs) for name, gs in graphs.items()}
+    prefill = sum(len(g["sizes"]) for g in graphs["one"]) - 1   # 0.5.23's prefill graph stays (0.5.9 has none)
+    assert seconds["one"] == pytest.approx(0.01 * (1 + prefill)) and seconds["full"] == pytest.approx(
+        0.01 * (52 + prefill))
+    # a total given is split over the graphs by their sizes
+    total = {"capture_seconds": 1.0, "capture_seconds_per_size": 0.01}
+    assert sum(rank.capture_seconds(g, graphs["full"], total) for g in graphs["full"]) == pytest.approx(1.0)
+
+
+def test_0_5_23_captures_a_max_batch_size_its_list_misses(monkeypatch):
+    as_release(monkeypatch, "0.5.23")   # 523:arg_groups/cuda_graph_hook.py: if max_bs not in capture_bs: append
+    assert flags.decode_graph_sizes(100)[-2:] == [96, 100]
+    as_release(monkeypatch, "0.5.9")
+    assert flags.decode_graph_sizes(100)[-1] == 96
 
 
 @pytest.mark.parametrize("version, numactl, numa_node, expect", [

@@ -126,11 +126,24 @@ def test_known_facts_of_0_5_9():
     assert f.SPARSE_ATTENTION_BACKENDS == ["nsa_decode_backend", "nsa_prefill_backend"]
 
 
+def test_the_multithreaded_loader_of_each_release():
+    # 0.5.9: use_multithread = extra_config.get("enable_multithread_load", False); 0.5.23: ... True
+    for version, on in (("0.5.9", False), ("0.5.23", True)):
+        loader = source(version, "sglang/srt/model_loader/loader.py")
+        assert 'use_multithread = extra_config.get("enable_multithread_load", %s)' % on in loader
+        assert "DEFAULT_NUM_THREADS = 8" in loader
+        assert planner.SGLANG_FACTS[version].LOADER == {
+            "source": "sglang/srt/model_loader/loader.py:DefaultModelLoader._get_weights_iterator",
+            "arg": "model_loader_extra_config", "switch": "enable_multithread_load", "default_on": on,
+            "threads_key": "num_threads", "default_threads": 8,
+            "allowed_keys": ["enable_multithread_load", "num_threads"]}
+
+
 def test_capture_sizes_follow_the_table():
     capture = planner.SGLANG_FACTS["0.5.23"].CUDA_GRAPH["capture_bs"]
-    sizes = planner._capture_sizes(capture, 100)
+    sizes = planner.capture_sizes(capture, 100)
     assert sizes[:6] == [1, 2, 4, 8, 12, 16] and sizes[-1] == 100   # 0.5.23 appends max_bs
-    assert planner._capture_sizes(planner.SGLANG_FACTS["0.5.9"].CUDA_GRAPH["capture_bs"], 100)[-1] == 96
+    assert planner.capture_sizes(planner.SGLANG_FACTS["0.5.9"].CUDA_GRAPH["capture_bs"], 100)[-1] == 96
 
 
 def test_a_source_of_another_shape_stops_the_tool_naming_the_fact(tmp_path):

@@ -325,9 +325,14 @@ def prefill_graph_sizes(max_bs):
 
 
 def decode_graph_sizes(max_bs):
-    """0.5.23 generate_decode_cuda_graph_batch_sizes, no speculative decoding (cuda_graph_hook.py:500-515)."""
+    """0.5.23 generate_decode_cuda_graph_batch_sizes, no speculative decoding (cuda_graph_hook.py:500-515), which
+    also captures max_bs itself when the list misses it (`if max_bs not in capture_bs: capture_bs.append(max_bs)`;
+    0.5.9's _generate_cuda_graph_batch_sizes does not)."""
     sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16)) + list(range(512, max_bs + 1, 32))
-    return [s for s in sizes if s <= max_bs]
+    sizes = [s for s in sizes if s <= max_bs]
+    if release.at_least("0.5.23") and max_bs not in sizes:
+        sizes.append(max_bs)
+    return sizes
 
 
 class ServerArgs:

@@ -204,7 +204,10 @@ class Launcher:
         if "ignore_sigterm" in self.faults:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         self.load_seconds = env_float("SGLANG_SIM_LOAD_SECONDS", 3.0)
-        self.capture_seconds = env_float("SGLANG_SIM_CAPTURE_SECONDS", 1.0)
+        # CUDA-graph capture: each captured batch size (token count) costs this much, as a real capture does one
+        # forward per size; SGLANG_SIM_CAPTURE_SECONDS, when set, is the whole capture instead (split by sizes)
+        self.capture_seconds = env_float("SGLANG_SIM_CAPTURE_SECONDS", None)
+        self.capture_seconds_per_size = env_float("SGLANG_SIM_CAPTURE_SECONDS_PER_SIZE", 0.01)
         self.time_scale = env_float("SGLANG_SIM_TIME_SCALE", 0.1)
         self.drain_poll = env_float("SGLANG_SIM_DRAIN_POLL_SECONDS", 5.0, minimum=0.01)
         self.layout_speed = parse_layout_speed(os.environ.get("SGLANG_SIM_LAYOUT_SPEED"))
@@ -369,6 +372,7 @@ class Launcher:
                      plan["kind"] == "scheduler", "ignore_sigterm": "ignore_sigterm" in self.faults,
                      "fault": next((f for f in LOAD_FAULTS if f in self.faults), None),
                      "load_seconds": self.load_seconds, "capture_seconds": self.capture_seconds,
+                     "capture_seconds_per_size": self.capture_seconds_per_size,
                      "log_level": self.args.log_level})
         read_fd, write_fd = os.pipe()
         env = dict(os.environ, PYTHONEXECUTABLE=sys.executable)

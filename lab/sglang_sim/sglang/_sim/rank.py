@@ -24,6 +24,16 @@ PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
 
 
+def capture_seconds(graph, graphs, plan):
+    """One graph's capture time: SGLang captures one forward per batch size (token count) in its list
+    (59:model_executor/cuda_graph_runner.py:488-493 `for i, bs in enumerate(capture_range)`; 0.5.23 per phase), so each
+    size costs capture_seconds_per_size; a total capture_seconds given is split over the graphs by their sizes."""
+    if plan.get("capture_seconds") is None:
+        return plan["capture_seconds_per_size"] * len(graph["sizes"])
+    sizes = sum(len(g["sizes"]) for g in graphs)
+    return plan["capture_seconds"] * len(graph["sizes"]) / sizes if sizes else 0.0
+
+
 class OutOfMemoryError(RuntimeError):
     """Stands for torch.OutOfMemoryError (printed under that name in tracebacks)."""
 
@@ -219,7 +229,7 @@ class Scheduler:
         newer = release.at_least("0.5.23")
         graphs = self.mem["graphs"]
         for graph in graphs:
-            seconds = self.plan["capture_seconds"] / len(graphs)
+            seconds = capture_seconds(graph, graphs, self.plan)
             before = self.avail()
             tic = time.perf_counter()
             if not newer:
