@@ -29,6 +29,12 @@ OUT = ROOT / "build" / "lab-lanes"
 DURATIONS = OUT / "durations.json"
 LANES = 4
 TICK_S = 60
+# The kernel's ephemeral ports while the lanes run: above every fixed port a lab test listens on (ssh 22xx-25xx,
+# repositories 180xx-182xx, servers 29000-39999, rendezvous 50000-53099). Lab hosts share this network namespace, so
+# a client's ephemeral port in the default 32768-60999 could take a test's server port first, and the validate step
+# (rightly) refuses a port it cannot bind: a flaky "Address already in use" (CI, test_monitoring). Restored after.
+EPHEMERAL = "/proc/sys/net/ipv4/ip_local_port_range"
+LAB_EPHEMERAL = "54000 60999"
 
 
 def last_line(path):
@@ -55,6 +61,18 @@ def order(files):
     return sorted(files, key=lambda f: (f.name in known, -known.get(f.name, f.stat().st_size)))
 
 
+def _ephemeral(value):
+    """Set the kernel's ephemeral port range (root: the lab needs it anyway); returns the one it replaced."""
+    try:
+        with open(EPHEMERAL, encoding="utf-8") as f:
+            old = " ".join(f.read().split())
+        with open(EPHEMERAL, "w", encoding="utf-8") as f:
+            f.write(value + "\n")
+        return old
+    except OSError:
+        return None
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--all", action="store_true", help="the tests marked full too")
@@ -68,6 +86,17 @@ def main(argv):
     if args.layers_only:
         return 0
     OUT.mkdir(parents=True, exist_ok=True)
+    previous = _ephemeral(LAB_EPHEMERAL)
+    if previous and previous != LAB_EPHEMERAL:
+        print("ephemeral ports %s while the lanes run (were %s; restored after)" % (LAB_EPHEMERAL, previous), flush=True)
+    try:
+        return _lanes(args, extra, started)
+    finally:
+        if previous and previous != LAB_EPHEMERAL:
+            _ephemeral(previous)
+
+
+def _lanes(args, extra, started):
     marks = [] if args.all else ["-m", "not full"]
     queue = order(sorted((ROOT / "tests" / "lab").glob("test_*.py")))
     running, done = {}, {}
