@@ -1,4 +1,3 @@
-# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The stdout callback topolaunch's ansible.cfg sets: Ansible's default callback, briefer at verbosity 0."""
 from __future__ import annotations
 
@@ -38,6 +37,7 @@ class CallbackModule(DefaultCallback):
     def __init__(self):
         super().__init__()
         self._pending_play = None
+        self._said = set()          # (host, reason) of the failures shown: a rescue that fails again says it once
 
     def _brief(self):
         return self._display.verbosity < 1
@@ -136,7 +136,13 @@ class CallbackModule(DefaultCallback):
         if not self._brief() or (result.task.loop and "results" in result.result):
             return super().v2_runner_on_failed(result, ignore_errors)
         self._handle_warnings(result.result)
-        self._say(result, self._failure_lines(result), C.COLOR_ERROR)
+        lines = self._failure_lines(result)
+        said = (self.host_label(result), tuple(lines))
+        if said in self._said:
+            self._say(result, ["FAILED (the reason above)"], C.COLOR_ERROR)
+        else:
+            self._said.add(said)
+            self._say(result, lines, C.COLOR_ERROR)
         if ignore_errors:
             self._display.display("...ignoring", color=C.COLOR_SKIP)
         return None
