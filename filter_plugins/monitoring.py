@@ -11,7 +11,8 @@ The targets (one rule, here): every SGLang server of `sglang_servers` (node 0 of
 node that serves the API and /metrics; one target per replica when this run's plan (topolaunch_plan) serves
 replicas, else per port of `topolaunch_replica_ports`), the gateway of a host whose plan serves replicas or that
 sets `topolaunch_gateway_metrics_port`, and on every host of `gpu_hosts` a node exporter and a GPU exporter. Each
-listens at its host's `monitoring_listen_address` (the server at `topolaunch_host`); Prometheus scrapes that address, or the host's `ansible_host` when it is a wildcard.
+listens at its host's `monitoring_listen_address` (the server at `topolaunch_host`); Prometheus scrapes that address,
+or the host's `ansible_host` when it is a wildcard.
 """
 import ipaddress
 import re
