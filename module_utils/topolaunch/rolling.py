@@ -18,7 +18,7 @@ import urllib.request
 
 __all__ = ["RollingError", "LAYOUT_KEYS", "drain_timeout", "layout", "decide", "Gateway", "in_flight", "replica_loads",
            "drain",
-           "STEPS", "sequence", "failed"]
+           "STEPS", "sequence", "failed", "worker"]
 
 # What makes a replica's place in the layout: changing any of these is a layout change.
 LAYOUT_KEYS = ("index", "host", "port", "gpu_indices", "numa_nodes")
@@ -178,3 +178,30 @@ def drain(loads, url, timeout, clock=time.monotonic, wait=time.sleep, interval=0
             raise RollingError("replica %s still has %d requests in flight after topolaunch_drain_timeout=%gs"
                                % (url, n, timeout))
         wait(interval)
+
+
+def worker(gw, url, state, drain_seconds=120.0, check_mode=False, loads=None, clock=time.monotonic, wait=time.sleep,
+           interval=0.5):
+    """One replica's gateway step of a rolling relaunch (module sglang_gateway_worker): state "absent" takes worker
+    `url` out of gateway `gw` (a Gateway) and drains it (its own /v1/loads, at most `drain_seconds`); "present" puts
+    it back and waits (at most `drain_seconds`) until the gateway lists it. Returns {changed, drained_s}."""
+    if state not in ("absent", "present"):
+        raise RollingError("state: %r is not absent or present" % (state,))
+    seconds = drain_timeout(drain_seconds)
+    there = gw.present(url)
+    if check_mode:
+        return {"changed": there != (state == "present"), "drained_s": 0.0}
+    if state == "absent":
+        changed = gw.remove(url) if there else False
+        loads = loads or (lambda: replica_loads(url, timeout=gw.timeout, opener=gw._open))  # pylint: disable=protected-access
+        return {"changed": changed, "drained_s": drain(loads, url, seconds, clock=clock, wait=wait,
+                                                       interval=interval)}
+    if there:
+        return {"changed": False, "drained_s": 0.0}
+    gw.add(url)
+    start = clock()
+    while not gw.present(url):
+        if clock() - start >= seconds:
+            raise RollingError("replica %s: the gateway did not list it %gs after it was added" % (url, seconds))
+        wait(interval)
+    return {"changed": True, "drained_s": 0.0}
