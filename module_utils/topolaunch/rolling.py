@@ -18,7 +18,7 @@ import urllib.request
 
 __all__ = ["RollingError", "LAYOUT_KEYS", "drain_timeout", "layout", "decide", "Gateway", "in_flight", "replica_loads",
            "drain",
-           "STEPS", "sequence", "failed", "worker"]
+           "STEPS", "sequence", "failed", "worker", "running"]
 
 # What makes a replica's place in the layout: changing any of these is a layout change.
 LAYOUT_KEYS = ("index", "host", "port", "gpu_indices", "numa_nodes")
@@ -45,6 +45,26 @@ def layout(replicas):
     for r in replicas or []:
         out.append(tuple((k, json.dumps(r.get(k), sort_keys=True)) for k in LAYOUT_KEYS))
     return sorted(out)
+
+
+def running(plans, states):
+    """The replicas a host runs now, for `decide`: `plans` are the replica plans their units were started with (each
+    replica's current_plan.json, replicas.replica_plan), `states` each unit's systemd ActiveState; a replica whose
+    unit is not active does not run. Each as {index, unit, host, port, gpu_indices, numa_nodes}."""
+    out = []
+    for p in plans or []:
+        rep = (p or {}).get("replica") or {}
+        if rep.get("index") is None or (states or {}).get(rep.get("unit")) != "active":
+            continue
+        argv = [str(a) for a in p.get("argv") or []]
+        numa = None
+        if "--numa-node" in argv:
+            rest = argv[argv.index("--numa-node") + 1:]
+            numa = [int(n) for n in (rest[:next((i for i, a in enumerate(rest) if a.startswith("--")), len(rest))])]
+        out.append({"index": int(rep["index"]), "unit": rep.get("unit"), "host": p.get("host"),
+                    "port": p.get("port"), "gpu_indices": [int(g) for g in p.get("gpu_indices") or []],
+                    "numa_nodes": numa})
+    return sorted(out, key=lambda r: r["index"])
 
 
 def decide(running, wanted, gateway):
