@@ -180,9 +180,10 @@ class Gateway:
         return self._call("GET", "/get_loads")
 
 
-def replica_loads(url, timeout=10, opener=None):
-    """A replica's own load answer (SGLang's GET /v1/loads): what `drain` polls once the gateway has let it go."""
-    return Gateway(url, timeout=timeout, opener=opener)._call("GET", "/v1/loads")
+def replica_loads(url, timeout=10, opener=None, api_key=None):
+    """A replica's own load answer (SGLang's GET /v1/loads): what `drain` polls once the gateway has let it go
+    (`api_key`: the key the replicas enforce too, in the Authorization header only)."""
+    return Gateway(url, api_key=api_key, timeout=timeout, opener=opener)._call("GET", "/v1/loads")
 
 
 def drain(loads, url, timeout, clock=time.monotonic, wait=time.sleep, interval=0.5):
@@ -213,7 +214,8 @@ def worker(gw, url, state, drain_seconds=120.0, check_mode=False, loads=None, cl
         return {"changed": there != (state == "present"), "drained_s": 0.0}
     if state == "absent":
         changed = gw.remove(url) if there else False
-        loads = loads or (lambda: replica_loads(url, timeout=gw.timeout, opener=gw._open))  # pylint: disable=protected-access
+        loads = loads or (lambda: replica_loads(url, timeout=gw.timeout, opener=gw._open,  # pylint: disable=protected-access
+                                                api_key=gw.api_key))
         return {"changed": changed, "drained_s": drain(loads, url, seconds, clock=clock, wait=wait,
                                                        interval=interval)}
     if there:
