@@ -375,7 +375,7 @@ def test_tp4dp2_rolling_restart_behind_the_gateway_fails_no_request(host):
             host.ssh("touch /tmp/rolling.stop")
             codes = client.communicate(timeout=60)[0].split()
         assert rc == 0, out[-6000:]
-        assert "Rolling relaunch: the layout is unchanged: 2 replicas are replaced one at a time" in out
+        assert "Rolling relaunch: the layout is unchanged: 2 replicas are replaced one at a time" in out, out[-6000:]
         after = host.ssh(ids).split()
         assert after[0] != before[0] and after[1] != before[1] and after[2] == before[2], (before, after)
         assert len(codes) > 10 and set(codes) == {"200"}, codes
