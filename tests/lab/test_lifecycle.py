@@ -376,9 +376,9 @@ def test_tp4dp2_rolling_restart_behind_the_gateway_fails_no_request(host):
             codes = client.communicate(timeout=60)[0].split()
         assert rc == 0, out[-6000:]
         assert "Rolling relaunch: the layout is unchanged: 2 replicas are replaced one at a time" in out, out[-6000:]
+        assert len(codes) > 10 and set(codes) == {"200"}, codes
         after = host.ssh(ids).split()
         assert after[0] != before[0] and after[1] != before[1] and after[2] == before[2], (before, after)
-        assert len(codes) > 10 and set(codes) == {"200"}, codes
     finally:
         rc, out = host.relaunch("-e", "layout=tp8")
         assert rc == 0, out[-6000:]
