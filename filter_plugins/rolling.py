@@ -15,8 +15,21 @@ def rolling_drain_timeout(value):
         raise AnsibleFilterError(str(exc)) from None
 
 
+def rolling_decide(plan, plans, states, gateway_unit):
+    """How to relaunch `plan`'s replicas ({mode: rolling | all, reason}): `plans` the replica plans the host runs now
+    (their current_plan.json), `states` unit -> ActiveState (the replicas' and the gateway's)."""
+    return rolling.decide(rolling.running(plans, states), (plan or {}).get("replicas") or [],
+                          (states or {}).get(gateway_unit) == "active")
+
+
+def rolling_failed(replica, step, why, done):
+    """The one line a rolling relaunch stopped at `replica` fails with (rolling.failed)."""
+    return rolling.failed(replica, step, why, done or [])
+
+
 class FilterModule:
     """The rolling relaunch's filters."""
 
     def filters(self):
-        return {"rolling_drain_timeout": rolling_drain_timeout}
+        return {"rolling_drain_timeout": rolling_drain_timeout, "rolling_decide": rolling_decide,
+                "rolling_failed": rolling_failed}

@@ -19,7 +19,7 @@ import urllib.request
 
 __all__ = ["RollingError", "LAYOUT_KEYS", "drain_timeout", "layout", "decide", "Gateway", "in_flight", "replica_loads",
            "drain",
-           "STEPS", "sequence", "failed"]
+           "STEPS", "sequence", "failed", "worker", "running"]
 
 # What makes a replica's place in the layout: changing any of these is a layout change.
 LAYOUT_KEYS = ("index", "host", "port", "gpu_indices", "numa_nodes")
@@ -46,6 +46,26 @@ def layout(replicas):
     for r in replicas or []:
         out.append(tuple((k, json.dumps(r.get(k), sort_keys=True)) for k in LAYOUT_KEYS))
     return sorted(out)
+
+
+def running(plans, states):
+    """The replicas a host runs now, for `decide`: `plans` are the replica plans their units were started with (each
+    replica's current_plan.json, replicas.replica_plan), `states` each unit's systemd ActiveState; a replica whose
+    unit is not active does not run. Each as {index, unit, host, port, gpu_indices, numa_nodes}."""
+    out = []
+    for p in plans or []:
+        rep = (p or {}).get("replica") or {}
+        if rep.get("index") is None or (states or {}).get(rep.get("unit")) != "active":
+            continue
+        argv = [str(a) for a in p.get("argv") or []]
+        numa = None
+        if "--numa-node" in argv:
+            rest = argv[argv.index("--numa-node") + 1:]
+            numa = [int(n) for n in (rest[:next((i for i, a in enumerate(rest) if a.startswith("--")), len(rest))])]
+        out.append({"index": int(rep["index"]), "unit": rep.get("unit"), "host": p.get("host"),
+                    "port": p.get("port"), "gpu_indices": [int(g) for g in p.get("gpu_indices") or []],
+                    "numa_nodes": numa})
+    return sorted(out, key=lambda r: r["index"])
 
 
 def decide(running, wanted, gateway):
@@ -161,9 +181,10 @@ class Gateway:
         return self._call("GET", "/get_loads")
 
 
-def replica_loads(url, timeout=10, opener=None):
-    """A replica's own load answer (SGLang's GET /v1/loads): what `drain` polls once the gateway has let it go."""
-    return Gateway(url, timeout=timeout, opener=opener)._call("GET", "/v1/loads")
+def replica_loads(url, timeout=10, opener=None, api_key=None):
+    """A replica's own load answer (SGLang's GET /v1/loads): what `drain` polls once the gateway has let it go
+    (`api_key`: the key the replicas enforce too, in the Authorization header only)."""
+    return Gateway(url, api_key=api_key, timeout=timeout, opener=opener)._call("GET", "/v1/loads")
 
 
 def drain(loads, url, timeout, clock=time.monotonic, wait=time.sleep, interval=0.5):
@@ -179,3 +200,31 @@ def drain(loads, url, timeout, clock=time.monotonic, wait=time.sleep, interval=0
             raise RollingError("replica %s still has %d requests in flight after topolaunch_drain_timeout=%gs"
                                % (url, n, timeout))
         wait(interval)
+
+
+def worker(gw, url, state, drain_seconds=120.0, check_mode=False, loads=None, clock=time.monotonic, wait=time.sleep,
+           interval=0.5):
+    """One replica's gateway step of a rolling relaunch (module sglang_gateway_worker): state "absent" takes worker
+    `url` out of gateway `gw` (a Gateway) and drains it (its own /v1/loads, at most `drain_seconds`); "present" puts
+    it back and waits (at most `drain_seconds`) until the gateway lists it. Returns {changed, drained_s}."""
+    if state not in ("absent", "present"):
+        raise RollingError("state: %r is not absent or present" % (state,))
+    seconds = drain_timeout(drain_seconds)
+    there = gw.present(url)
+    if check_mode:
+        return {"changed": there != (state == "present"), "drained_s": 0.0}
+    if state == "absent":
+        changed = gw.remove(url) if there else False
+        loads = loads or (lambda: replica_loads(url, timeout=gw.timeout, opener=gw._open,  # pylint: disable=protected-access
+                                                api_key=gw.api_key))
+        return {"changed": changed, "drained_s": drain(loads, url, seconds, clock=clock, wait=wait,
+                                                       interval=interval)}
+    if there:
+        return {"changed": False, "drained_s": 0.0}
+    gw.add(url)
+    start = clock()
+    while not gw.present(url):
+        if clock() - start >= seconds:
+            raise RollingError("replica %s: the gateway did not list it %gs after it was added" % (url, seconds))
+        wait(interval)
+    return {"changed": True, "drained_s": 0.0}

@@ -290,13 +290,19 @@ def _ask_gateway(host, i):
                     "-d '%s' http://127.0.0.1:%d/generate" % (body, SERVER_PORT))
 
 
-def test_tp4dp2_replicas_behind_the_gateway_survive_a_killed_replica(host):
+SSH = ["ssh", "-F", "/dev/null", "-i", str(SSH_KEY), "-p", str(SSH_PORT), "-o", "BatchMode=yes",
+       "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "root@127.0.0.1"]
+
+
+def _gateway_model(host):
     model = ROOT / "tests" / "fixtures" / "models" / GW_MODEL
     tar = subprocess.run(["tar", "-C", str(model), "-cf", "-", "."], capture_output=True, check=True).stdout
     host.ssh("mkdir -p /srv/models/%s" % GW_MODEL)
-    subprocess.run(["ssh", "-F", "/dev/null", "-i", str(SSH_KEY), "-p", str(SSH_PORT), "-o", "BatchMode=yes",
-                    "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
-                    "root@127.0.0.1", "tar -C /srv/models/%s -xf -" % GW_MODEL], input=tar, check=True, timeout=60)
+    subprocess.run(SSH + ["tar -C /srv/models/%s -xf -" % GW_MODEL], input=tar, check=True, timeout=60)
+
+
+def test_tp4dp2_replicas_behind_the_gateway_survive_a_killed_replica(host):
+    _gateway_model(host)
     try:
         rc, out = host.relaunch("-e", "layout=tp4dp2", "-e", "topolaunch_model_path=/srv/models/" + GW_MODEL)
         assert rc == 0, out[-6000:]
@@ -347,3 +353,39 @@ def test_tp4dp2_replicas_behind_the_gateway_survive_a_killed_replica(host):
         assert rc == 0, out[-6000:]
         left = host.ssh("ls /etc/systemd/system | grep -c 'topolaunch-sglang@\\|topolaunch-gateway' || true")
         assert left.strip() == "0", left
+
+
+# Not passing yet (hence full, out of CI): the replicas are rolled, but the health check after it ("Wait until the
+# gateway routes to every replica") never passes once the workers were re-added with POST /workers.
+@pytest.mark.full
+def test_tp4dp2_rolling_restart_behind_the_gateway_fails_no_request(host):
+    _gateway_model(host)
+    gw = ["-e", "layout=tp4dp2", "-e", "topolaunch_model_path=/srv/models/" + GW_MODEL]
+    ids = ("systemctl show -p InvocationID --value topolaunch-sglang@0.service topolaunch-sglang@1.service "
+           "topolaunch-gateway.service")
+    try:
+        rc, out = host.relaunch(*gw)
+        assert rc == 0, out[-6000:]
+        before = host.ssh(ids).split()
+        # a bounded client: at most 3000 requests back to back through the gateway, each its own 20 s timeout,
+        # until the relaunch is over (a stop file), the whole client bounded by timeout 400
+        host.ssh("printf '%s' > /tmp/rolling.json"
+                 % json.dumps({"text": "rolling", "sampling_params": {"max_new_tokens": 4}}))
+        client = subprocess.Popen(SSH + [  # pylint: disable=consider-using-with
+            "rm -f /tmp/rolling.stop; timeout 400 bash -c 'for i in $(seq 3000); do [ -e /tmp/rolling.stop ] && "
+            "break; curl -s -o /dev/null -w \"%%{http_code}\\n\" -m 20 -H Content-Type:application/json "
+            "-d @/tmp/rolling.json http://127.0.0.1:%d/generate; done'" % SERVER_PORT],
+            stdout=subprocess.PIPE, text=True)
+        try:
+            rc, out = host.relaunch(*gw, "-e", "launch_force=true")
+        finally:
+            host.ssh("touch /tmp/rolling.stop")
+            codes = client.communicate(timeout=60)[0].split()
+        assert rc == 0, out[-6000:]
+        assert "Rolling relaunch: the layout is unchanged: 2 replicas are replaced one at a time" in out, out[-6000:]
+        assert len(codes) > 10 and set(codes) == {"200"}, codes
+        after = host.ssh(ids).split()
+        assert after[0] != before[0] and after[1] != before[1] and after[2] == before[2], (before, after)
+    finally:
+        rc, out = host.relaunch("-e", "layout=tp8")
+        assert rc == 0, out[-6000:]

@@ -6,7 +6,8 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.topolaunch.sglang.plugins.filter.rolling import FilterModule, rolling_drain_timeout
+from ansible_collections.topolaunch.sglang.plugins.filter.rolling import (FilterModule, rolling_decide,
+                                                                           rolling_drain_timeout, rolling_failed)
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 
@@ -23,3 +24,30 @@ def test_a_bad_drain_timeout_fails_naming_the_field(value):
     with pytest.raises(AnsibleFilterError) as e:
         rolling_drain_timeout(value)
     assert str(e.value).startswith("topolaunch_drain_timeout: %r" % (value,)) and "\n" not in str(e.value)
+
+
+GW = "topolaunch-gateway.service"
+
+
+def _plan(index, port):
+    return {"replica": {"index": index, "unit": "topolaunch-sglang@%d.service" % index}, "host": "127.0.0.1",
+            "port": port, "gpu_indices": [index], "argv": ["--port", str(port)]}
+
+
+WANTED = {"replicas": [{"index": i, "unit": "topolaunch-sglang@%d.service" % i, "host": "127.0.0.1",
+                        "port": 30001 + i, "gpu_indices": [i], "numa_nodes": None} for i in (0, 1)]}
+ACTIVE = {"topolaunch-sglang@0.service": "active", "topolaunch-sglang@1.service": "active", GW: "active"}
+
+
+def test_an_unchanged_layout_with_the_gateway_active_rolls_else_all():
+    plans = [_plan(0, 30001), _plan(1, 30002)]
+    assert rolling_decide(WANTED, plans, ACTIVE, GW)["mode"] == "rolling"
+    down = dict(ACTIVE, **{GW: "inactive"})
+    assert rolling_decide(WANTED, plans, down, GW)["reason"].startswith("no gateway")
+    assert "no replica runs yet" in rolling_decide(WANTED, [], ACTIVE, GW)["reason"]
+
+
+def test_failed_names_the_replica_and_those_before_it():
+    msg = rolling_failed({"index": 1, "unit": "topolaunch-sglang@1.service"}, "health", "boom", [0])
+    assert msg.startswith("rolling relaunch stopped at replica 1 (topolaunch-sglang@1.service), step health: boom")
+    assert msg.endswith("replicas replaced before it: 0")

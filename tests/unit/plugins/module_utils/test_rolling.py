@@ -146,3 +146,25 @@ def test_a_failure_names_the_replica_and_what_was_done_before_it():
     assert "replica 1 (topolaunch-sglang@1.service), step health" in msg and "before it: 0" in msg
     assert "\n" not in msg
     assert rolling.failed(TWO[0], "drain", "x", []).endswith("before it: none")
+
+
+def _replica_plan(index, gpus, numa, port, unit=None):
+    return {"replica": {"index": index, "unit": unit or "topolaunch-sglang@%d.service" % index, "of": 2},
+            "host": "127.0.0.1", "port": port, "gpu_indices": gpus,
+            "argv": ["python", "-m", "sglang.launch_server", "--host", "127.0.0.1", "--port", str(port),
+                     "--numa-node"] + [str(n) for n in numa]}
+
+
+def test_running_takes_the_active_replicas_layout_from_their_plans():
+    plans = [_replica_plan(1, [4, 5], [1, 1], 30002), {"layout": {"name": "tp8"}},      # the single unit's: skipped
+             _replica_plan(0, [0, 1], [0, 0], 30001), _replica_plan(2, [6], [1], 30003)]
+    states = {"topolaunch-sglang@0.service": "active", "topolaunch-sglang@1.service": "active",
+              "topolaunch-sglang@2.service": "failed"}
+    got = rolling.running(plans, states)
+    assert [r["index"] for r in got] == [0, 1]                                # replica 2's unit does not run
+    assert got[1] == {"index": 1, "unit": "topolaunch-sglang@1.service", "host": "127.0.0.1", "port": 30002,
+                      "gpu_indices": [4, 5], "numa_nodes": [1, 1]}
+    wanted = [dict(r, url="http://127.0.0.1:%d" % r["port"], env={}) for r in got]
+    assert rolling.decide(got, wanted, True)["mode"] == "rolling"
+    moved = [dict(wanted[0]), dict(wanted[1], numa_nodes=[0, 0])]
+    assert "replica 1 moves" in rolling.decide(got, moved, True)["reason"]
