@@ -377,7 +377,7 @@ def test_tp4dp2_rolling_restart_behind_the_gateway_fails_no_request(host):
             "-d @/tmp/rolling.json http://127.0.0.1:%d/generate; done'" % SERVER_PORT],
             stdout=subprocess.PIPE, text=True)
         try:
-            rc, out = host.relaunch(*gw, "-e", "launch_force=true")
+            rc, out = host.relaunch(*gw, "-e", "launch_force=true", "-e", "topolaunch_rolling_relaunch=true")
         finally:
             host.ssh("touch /tmp/rolling.stop")
             codes = client.communicate(timeout=60)[0].split()
