@@ -10,6 +10,7 @@ outside the plan is still alive.
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 
@@ -236,14 +237,26 @@ def test_two_relaunches_at_once_the_second_waits_then_fails_naming_the_first(hos
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     first = subprocess.Popen([str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(host.inventory),
                               "deploy.yml", "--tags", "relaunch", "-e", "layout=tp4pp2", "-e", slow],
-                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True)
+    frozen = False
     try:
         # the first run is past its validate once the unit is (re)starting with its plan: a condition, with a deadline
         host.ssh("timeout 120 sh -c 'until grep -q tp4pp2 /var/lib/topolaunch/current_plan.json 2>/dev/null && "
                  "[ -s /run/topolaunch/relaunch.lock ]; do sleep 0.2; done'")
+        # The first run's controller is frozen while the second runs (the lock's holder lives on the host, and a
+        # health call in flight ends within its 5 s chunk, long before the 20 s load): without it the first run
+        # could finish before the second reached its validate on a loaded machine (CI), and the second then
+        # rightly took the free lock.
+        os.killpg(first.pid, signal.SIGSTOP)
+        frozen = True
         rc, out = host.relaunch("-e", "layout=tp8", "-e", "launch_relaunch_lock_wait=2")
+        os.killpg(first.pid, signal.SIGCONT)
+        frozen = False
         first_out, _ = first.communicate(timeout=600)
     finally:
+        if frozen:
+            os.killpg(first.pid, signal.SIGCONT)
         if first.poll() is None:
             first.kill()
     assert rc != 0 and "relaunch_lock: the relaunch lock /run/topolaunch/relaunch.lock was not had within 2s: another " \
