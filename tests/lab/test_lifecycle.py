@@ -28,25 +28,6 @@ def host(tmp_path_factory):
     yield from booted_host(tmp_path_factory, NAME, SSH_PORT, SERVER_PORT, REPO_PORT)
 
 
-@pytest.fixture(scope="module")
-def good_tp8(host):
-    """tp8 healthy and recorded as last known good; returns its plan."""
-    rc, out = host.relaunch("-e", "layout=tp8")
-    assert rc == 0, out[-4000:]
-    return host.plan("last_good_plan.json")
-
-
-@pytest.fixture(scope="module")
-def tp4pp2(host, good_tp8):
-    """The planner's tp4pp2 plan (launched once), then tp8 back in place."""
-    rc, out = host.relaunch("-e", "layout=tp4pp2")
-    assert rc == 0, out[-4000:]
-    plan = host.plan()
-    rc, out = host.relaunch("-e", "layout=tp8")
-    assert rc == 0, out[-4000:]
-    return plan
-
-
 def test_switching_tp8_and_tp4pp2_repeatedly(host, good_tp8):
     for layout in ("tp4pp2", "tp8", "tp4pp2", "tp8"):
         rc, out = host.relaunch("-e", "layout=%s" % layout)
@@ -227,6 +208,15 @@ def test_the_output_shows_the_lines_that_matter(host, good_tp8):  # after the co
     rc, out = host.play("--tags", "plan", "-e", "layout=tp3", "-v", brief=True)
     assert rc != 0 and "fatal: [lc]: FAILED! =>" in out                  # the whole result at -v
 
+LOCK_HELD_FOR_TP4PP2 = """import json, os, sys
+try:
+    pid = int(open("/run/topolaunch/relaunch.lock").read().split()[0])
+    os.kill(pid, 0)
+    sys.exit(json.load(open("/var/lib/topolaunch/current_plan.json"))["layout"]["name"] != "tp4pp2")
+except (OSError, ValueError, IndexError, KeyError):
+    sys.exit(1)"""
+
+
 def test_two_relaunches_at_once_the_second_waits_then_fails_naming_the_first(host, good_tp8):
     """Issue 25 item 6: two `--tags relaunch` runs at once interleaved (the second's restart failed the first's
     health, which rolled back on top of it). The first run holds the relaunch lock from validate to the end of
@@ -241,9 +231,10 @@ def test_two_relaunches_at_once_the_second_waits_then_fails_naming_the_first(hos
                              start_new_session=True)
     frozen = False
     try:
-        # the first run is past its validate once the unit is (re)starting with its plan: a condition, with a deadline
-        host.ssh("timeout 120 sh -c 'until grep -q tp4pp2 /var/lib/topolaunch/current_plan.json 2>/dev/null && "
-                 "[ -s /run/topolaunch/relaunch.lock ]; do sleep 0.2; done'")
+        # The first run holds the lock once its launch wrote its plan (the layout's name, parsed: a tp8 plan names
+        # tp4pp2 among its candidates) and the lock file names a live holder (the file keeps its last holder's line)
+        host.ssh("cat > /run/lock-held.py <<'EOF'\n%s\nEOF" % LOCK_HELD_FOR_TP4PP2)
+        host.ssh("timeout 120 sh -c 'until python3 /run/lock-held.py; do sleep 0.2; done'")
         # The first run's controller is frozen while the second runs (the lock's holder lives on the host, and a
         # health call in flight ends within its 5 s chunk, long before the 20 s load): without it the first run
         # could finish before the second reached its validate on a loaded machine (CI), and the second then
@@ -260,7 +251,7 @@ def test_two_relaunches_at_once_the_second_waits_then_fails_naming_the_first(hos
         if first.poll() is None:
             first.kill()
     assert rc != 0 and "relaunch_lock: the relaunch lock /run/topolaunch/relaunch.lock was not had within 2s: another " \
-        "run holds it (pid " in out, out[-4000:]
+        "run holds it (pid " in out, "second run:\n%s\nfirst run:\n%s" % (out[-3000:], first_out[-3000:])
     assert 'for play "Relaunch' in out and "nothing was stopped" in out and "TASK [topolaunch.sglang.cleanup" not in out
     assert first.returncode == 0, first_out[-4000:]
     assert "serves" in first_out and "(tp4pp2 on GPUs" in first_out

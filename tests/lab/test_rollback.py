@@ -22,25 +22,6 @@ def host(tmp_path_factory):
     yield from booted_host(tmp_path_factory, NAME, SSH_PORT, SERVER_PORT, REPO_PORT)
 
 
-@pytest.fixture(scope="module")
-def good_tp8(host):
-    """tp8 healthy and recorded as last known good; returns its plan."""
-    rc, out = host.relaunch("-e", "layout=tp8")
-    assert rc == 0, out[-4000:]
-    return host.plan("last_good_plan.json")
-
-
-@pytest.fixture(scope="module")
-def tp4pp2(host, good_tp8):
-    """The planner's tp4pp2 plan (launched once), then tp8 back in place."""
-    rc, out = host.relaunch("-e", "layout=tp4pp2")
-    assert rc == 0, out[-4000:]
-    plan = host.plan()
-    rc, out = host.relaunch("-e", "layout=tp8")
-    assert rc == 0, out[-4000:]
-    return plan
-
-
 @pytest.mark.parametrize("fault, expected", [
     ("crash_during_load", ["died while starting", "simulated fault SGLANG_SIM_FAULT=crash_during_load"]),
     ("hang_during_load", ["is not ready", "after its start (timeout 8"]),
