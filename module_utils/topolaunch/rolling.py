@@ -195,8 +195,10 @@ class Gateway:
 
     def add(self, url):
         """Put worker `url` (back) in the pool (POST /workers); the gateway answers 202 and adds it in the
-        background: wait with `routed`."""
-        return self._call("POST", "/workers", {"url": url})
+        background: wait with `routed`. With an API key the worker gets it too ("api_key" of the body): smg gives
+        a worker added through its API no key of its own, and its backend detection of a replica that enforces
+        the key then fails (401), so the worker is never added."""
+        return self._call("POST", "/workers", dict({"url": url}, **({"api_key": self.api_key} if self.api_key else {})))
 
     def present(self, url):
         return self.entry(url) is not None
@@ -293,19 +295,22 @@ def worker(gw, url, state, drain_seconds=120.0, check_mode=False, loads=None, cl
     changed = now in (None, DRAINING)
     if check_mode:
         return {"changed": changed, "drained_s": 0.0}
-    seen = {}
+    seen = {"posted": False}
 
     def routed():
         seen["status"] = status(gw.entry(url))
-        if seen["status"] is None:
+        if seen["status"] is None and not seen["posted"]:
             try:
                 gw.add(url)
+                seen["posted"] = True
             except GatewayHTTPError as exc:
                 if exc.code != 409:          # 409: listed again meanwhile (still draining): poll on
                     raise
         return seen["status"] == ROUTED
 
     if not until(routed, seconds, **timed):
-        raise RollingError("replica %s: the gateway does not route to it %gs after it was added back (it lists it "
-                           "%s; topolaunch_drain_timeout)" % (url, seconds, seen["status"] or "not at all"))
+        raise RollingError("replica %s: the gateway does not route to it %gs after it was added back (%s; "
+                           "topolaunch_drain_timeout)" % (url, seconds, "it lists it %s" % seen["status"]
+                                                          if seen["status"] else "it does not list it: the "
+                                                          "gateway's journal says why its add failed"))
     return {"changed": changed, "drained_s": 0.0}

@@ -66,6 +66,10 @@ def test_add_posts_the_url_and_the_gateway_routes_to_it_once_ready():
     assert smg.calls[0][2] == {"url": R0} and smg.calls[0][3] is None   # no key: no header
     assert gw.present(R0) and not gw.routed(R0)                         # pending until its health check passes
     assert gw.routed(R0) and not gw.present(R1)
+    keyed = Smg(workers=[])
+    rolling.Gateway(GW, api_key="k", opener=keyed).add(R1)
+    # smg gives a worker added through its API no key unless the body names it; the replicas enforce it
+    assert keyed.calls[0][2] == {"url": R1, "api_key": "k"} and keyed.calls[0][3] == "Bearer k"
 
 
 def test_a_gateway_error_is_one_line_naming_the_call():
@@ -110,6 +114,19 @@ def test_a_worker_the_gateway_never_routes_to_fails_naming_it_and_the_field():
                                                    r"topolaunch_drain_timeout\)$" % R0):
         rolling.worker(rolling.Gateway(GW, opener=smg), R0, "present", 5, clock=clock, wait=clock.wait, interval=1)
     assert clock.now == 5
+
+
+def test_an_add_the_gateway_drops_is_posted_once_and_fails_saying_so():
+    class Drops(Smg):                               # smg's add job failed in the background (e.g. a 401 detecting it)
+        def __call__(self, req, timeout):
+            answer = super().__call__(req, timeout)
+            self.entries = [e for e in self.entries if e["status"] != "pending"]
+            return answer
+
+    smg, clock = Drops(workers=[]), Clock()
+    with pytest.raises(rolling.RollingError, match=r"it does not list it: the gateway's journal says why"):
+        rolling.worker(rolling.Gateway(GW, opener=smg), R0, "present", 5, clock=clock, wait=clock.wait, interval=1)
+    assert [c[0] for c in smg.calls].count("POST") == 1
 
 
 def test_a_worker_still_routed_after_its_removal_fails_naming_it():
