@@ -105,10 +105,12 @@ def sequence(wanted):
 
 def failed(replica, step, why, done):
     """The one-line failure of a rolling relaunch stopped at `replica`'s `step`: it names the replica (unit and
-    index), what failed, and which replicas were replaced before it (`done`) and which were left untouched."""
-    return ("rolling relaunch stopped at replica %s (%s), step %s: %s; it was rolled back to its last good plan, "
-            "replicas replaced before it: %s" % (replica.get("index"), replica.get("unit"), step, why,
-                                                 ", ".join(str(i) for i in done) or "none"))
+    index), what failed, what became of it (a failed remove or drain stopped nothing: it still runs its old plan;
+    a later step rolled it back) and which replicas were replaced before it (`done`)."""
+    what = ("it was not stopped and still runs its plan" if step in ("remove", "drain")
+            else "it was rolled back to its last good plan")
+    return ("rolling relaunch stopped at replica %s (%s), step %s: %s; %s, replicas replaced before it: %s"
+            % (replica.get("index"), replica.get("unit"), step, why, what, ", ".join(str(i) for i in done) or "none"))
 
 
 def _moved(running, wanted):

@@ -178,7 +178,9 @@ def test_a_failure_names_the_replica_and_what_was_done_before_it():
     msg = rolling.failed(TWO[1], "health", "no /health answer in 600 s", [0])
     assert "replica 1 (topolaunch-sglang@1.service), step health" in msg and "before it: 0" in msg
     assert "\n" not in msg
-    assert rolling.failed(TWO[0], "drain", "x", []).endswith("before it: none")
+    assert "rolled back to its last good plan" in msg
+    drained = rolling.failed(TWO[0], "drain", "x", [])
+    assert drained.endswith("it was not stopped and still runs its plan, replicas replaced before it: none")
 
 
 def _replica_plan(index, gpus, numa, port, unit=None):
