@@ -15,6 +15,16 @@ def rolling_drain_timeout(value):
         raise AnsibleFilterError(str(exc)) from None
 
 
+def rolling_drain_timeout_problem(value):
+    """What is wrong with topolaunch_drain_timeout: empty when nothing is, else the one line naming the field
+    (the relaunch asserts it before anything stops)."""
+    try:
+        rolling.drain_timeout(value)
+    except rolling.RollingError as exc:
+        return str(exc)
+    return ""
+
+
 def rolling_decide(plan, plans, states, gateway_unit):
     """How to relaunch `plan`'s replicas ({mode: rolling | all, reason}): `plans` the replica plans the host runs now
     (their current_plan.json), `states` unit -> ActiveState (the replicas' and the gateway's)."""
@@ -31,5 +41,6 @@ class FilterModule:
     """The rolling relaunch's filters."""
 
     def filters(self):
-        return {"rolling_drain_timeout": rolling_drain_timeout, "rolling_decide": rolling_decide,
+        return {"rolling_drain_timeout": rolling_drain_timeout,
+                "rolling_drain_timeout_problem": rolling_drain_timeout_problem, "rolling_decide": rolling_decide,
                 "rolling_failed": rolling_failed}

@@ -8,11 +8,14 @@ short_description: Take a replica out of the model gateway and drain it, or add 
 description:
   - One replica's gateway step of a rolling relaunch (README "Rolling relaunches"), run on the host where the
     gateway (smg) listens.
-  - O(state=absent) removes worker O(url) from the gateway (C(DELETE /workers/{id})) and waits until the replica's
-    own C(GET /v1/loads) shows no request running or waiting, at most O(drain_timeout) seconds; past it the task
-    fails naming the replica and C(topolaunch_drain_timeout).
-  - O(state=present) adds the worker back (C(POST /workers)) and waits until the gateway lists it, at most
-    O(drain_timeout) seconds.
+  - O(state=absent) removes worker O(url) from the gateway (C(DELETE /workers/{id})), waits until the gateway no
+    longer routes to it (smg 1.13.0 lists it C(draining) for its drain settle time, then drops it), then until the
+    replica's own C(GET /v1/loads) shows no request running or waiting, each wait at most O(drain_timeout) seconds;
+    past it the task fails naming the replica and C(topolaunch_drain_timeout). A replica that refuses the connection
+    (stopped) has nothing in flight.
+  - O(state=present) waits until the gateway has dropped a C(draining) entry of the same URL (smg refuses to add it
+    meanwhile, 409), adds the worker back (C(POST /workers)) and waits until the gateway routes to it (listed
+    C(ready): its health check passed), at most O(drain_timeout) seconds.
   - Idempotent; check mode only reads the gateway's worker list and says whether it would change.
 options:
   gateway_url:
@@ -29,7 +32,7 @@ options:
     choices: [absent, present]
     default: present
   drain_timeout:
-    description: Seconds the drain (or the gateway listing an added worker) may take; > 0.
+    description: Seconds each wait may take (the drain; the gateway routing to an added worker); > 0.
     type: float
     default: 120
   api_key:

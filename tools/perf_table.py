@@ -17,7 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 BEGIN = "<!-- perf table: begin (tools/perf_table.py writes it from make perf's build/perf/*.json; do not edit) -->"
 END = "<!-- perf table: end -->"
 ORDER = ("topology_speed", "plan_speed", "calibration", "provision_noop", "deploy_noop", "relaunch_speed",
-         "sweep_overhead", "tune_overhead", "gateway_overhead", "tune_start")
+         "sweep_overhead", "tune_overhead", "gateway_overhead", "rolling_restart", "tune_start")
 
 
 def cell(text):

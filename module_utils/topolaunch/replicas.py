@@ -12,13 +12,10 @@ or P2P cliques. Plain Python 3.9+ stdlib.
 """
 from ansible_collections.topolaunch.sglang.plugins.module_utils.text import control_character
 
-__all__ = ["UNIT_TEMPLATE", "INSTANCE_ARGS", "ReplicaError", "template_plan", "unit_name", "replica_ports", "split", "replica_plan", "url_host",
+__all__ = ["UNIT_TEMPLATE", "ReplicaError", "unit_name", "replica_ports", "split", "replica_plan", "url_host",
            "port_number"]
 
 UNIT_TEMPLATE = "topolaunch-sglang@.service"
-# The variable of an instance's env file that holds its own arguments; the template unit's ExecStart ends with it
-# unquoted ($VAR: systemd splits it at whitespace into arguments).
-INSTANCE_ARGS = "TOPOLAUNCH_REPLICA_ARGS"
 # Flags a replica sets itself (its own --host, --port and --numa-node; no --dp-size: one replica is dp 1).
 _OWN_FLAGS = {"--host": 1, "--port": 1, "--dp-size": 1, "--data-parallel-size": 1}
 
@@ -147,7 +144,6 @@ def split(plan, topology=None, host="127.0.0.1", ports=None, gateway_port=None, 
         own = ["--host", str(host), "--port", str(ports[d])] + (["--numa-node"] + numa if numa else [])
         env = dict(plan.get("env") or {})
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
-        env[INSTANCE_ARGS] = " ".join(own)
         argv = list(base) + own
         out.append({"index": d, "unit": unit_name(d, template), "host": str(host), "port": ports[d],
                     "url": "http://%s:%d" % (url_host(host), ports[d]), "gpu_indices": gpus,
@@ -180,22 +176,3 @@ def replica_plan(plan, replica):
     out.pop("gateway", None)
     return out
 
-
-def template_plan(plan):
-    """The plan the template unit (topolaunch-sglang@.service) is rendered from: what every replica shares - the
-    argv without each one's own --host, --port and --numa-node (those come from the instance's env file,
-    INSTANCE_ARGS), no env (the instance's env file has it) and no GPUs of its own."""
-    reps = plan.get("replicas") or []
-    if not reps:
-        raise ReplicaError("plan %s has no replicas" % (plan.get("layout") or {}).get("name"))
-    shared = []
-    for r in reps:
-        own = r["env"][INSTANCE_ARGS].split(" ")
-        if r["argv"][-len(own):] != own:
-            raise ReplicaError("replica %d: its argv does not end with its own arguments %s" % (r["index"], own))
-        shared.append(r["argv"][:-len(own)])
-    if any(a != shared[0] for a in shared):
-        raise ReplicaError("the replicas of plan %s do not share one argv" % (plan.get("layout") or {}).get("name"))
-    out = {k: v for k, v in plan.items() if k not in ("replicas", "gateway")}
-    out.update({"argv": shared[0], "env": {}, "gpu_indices": [], "cuda_visible_devices": ""})
-    return out

@@ -6,10 +6,14 @@ dp >= 2 replicas behind the gateway replaces them one at a time: remove the repl
 it back. A layout change (another replica count, or a replica on other GPUs, NUMA nodes, host or port) replaces
 everything as before, and `decide` says so before anything stops. `Gateway` is a small client of smg 1.13.0's
 worker API (the routes compiled into its smg_rs binary and documented in smg's docs/reference/api/admin.md):
-GET /workers ({"workers": [{"id", "url", ...}]}), POST /workers {"url": ...} (202 with worker_id; added in the
-background), DELETE /workers/{id} (202), GET /get_loads ({"loads": [{"worker", "dp_rank", "num_running_reqs",
-"num_waiting_reqs", ...}]}), shapes checked against a running smg 1.13.0. A removed worker leaves /get_loads, so a
-drain polls the replica's own SGLang GET /v1/loads (same entries, no "worker"). Plain Python 3.9+ stdlib.
+GET /workers ({"workers": [{"id", "url", "status", "is_healthy", ...}]}), POST /workers {"url": ...} (202 with
+worker_id; added in the background, listed "pending" until healthy, then "ready"), DELETE /workers/{id} (202; the
+worker is listed "draining", routed no new request, for smg's drain settle time - 5 s by default - and only then
+removed; a POST for its URL meanwhile is refused with 409), GET /get_loads ({"loads": [{"worker", "dp_rank",
+"num_running_reqs", "num_waiting_reqs", ...}]}), shapes checked against a running smg 1.13.0. smg's drain is that
+fixed settle time, not the requests in flight, so a drain polls the replica's own SGLang GET /v1/loads (same
+entries, no "worker"), and adding a replica back waits for the old entry to be gone, then for the new one to be
+ready. Plain Python 3.9+ stdlib.
 """
 import json
 import math
@@ -17,9 +21,9 @@ import time
 import urllib.error
 import urllib.request
 
-__all__ = ["RollingError", "LAYOUT_KEYS", "drain_timeout", "layout", "decide", "Gateway", "in_flight", "replica_loads",
-           "drain",
-           "STEPS", "sequence", "failed", "worker", "running"]
+__all__ = ["RollingError", "GatewayHTTPError", "LAYOUT_KEYS", "ROUTED", "DRAINING", "drain_timeout", "layout", "decide",
+           "Gateway", "status", "in_flight", "replica_loads", "drain", "until", "STEPS", "sequence", "failed", "worker",
+           "running"]
 
 # What makes a replica's place in the layout: changing any of these is a layout change.
 LAYOUT_KEYS = ("index", "host", "port", "gpu_indices", "numa_nodes")
@@ -101,10 +105,12 @@ def sequence(wanted):
 
 def failed(replica, step, why, done):
     """The one-line failure of a rolling relaunch stopped at `replica`'s `step`: it names the replica (unit and
-    index), what failed, and which replicas were replaced before it (`done`) and which were left untouched."""
-    return ("rolling relaunch stopped at replica %s (%s), step %s: %s; it was rolled back to its last good plan, "
-            "replicas replaced before it: %s" % (replica.get("index"), replica.get("unit"), step, why,
-                                                 ", ".join(str(i) for i in done) or "none"))
+    index), what failed, what became of it (a failed remove or drain stopped nothing: it still runs its old plan;
+    a later step rolled it back) and which replicas were replaced before it (`done`)."""
+    what = ("it was not stopped and still runs its plan" if step in ("remove", "drain")
+            else "it was rolled back to its last good plan")
+    return ("rolling relaunch stopped at replica %s (%s), step %s: %s; %s, replicas replaced before it: %s"
+            % (replica.get("index"), replica.get("unit"), step, why, what, ", ".join(str(i) for i in done) or "none"))
 
 
 def _moved(running, wanted):
@@ -124,13 +130,29 @@ def in_flight(loads, url=None):
     return sum(int(e.get("num_running_reqs") or 0) + int(e.get("num_waiting_reqs") or 0) for e in entries)
 
 
+class GatewayHTTPError(RollingError):
+    """An HTTP error answer of the gateway (or a replica): `code` is its status."""
+
+    def __init__(self, message, code):
+        super().__init__(message)
+        self.code = code
+
+
+# smg 1.13.0's worker statuses (GET /workers "status"): a worker is routed to only when "ready"; DELETE /workers/{id}
+# turns a ready worker "draining" (no new request) for its drain settle time (smg's --drain-settle-secs, 5 s by
+# default) and only then removes it, and POST /workers for a URL still listed (draining too) answers 409
+# WORKER_ALREADY_EXISTS; an added worker is listed "pending" until its health check passes.
+ROUTED, DRAINING = "ready", "draining"
+
+
 class Gateway:
     """smg's worker API at `base` (http://host:port); `api_key` (when set) goes in the Authorization header only."""
 
-    def __init__(self, base, api_key=None, timeout=10, opener=None):
+    def __init__(self, base, api_key=None, timeout=10, opener=None, what="gateway"):
         self.base = str(base).rstrip("/")
         self.api_key = api_key
         self.timeout = timeout
+        self.what = what
         self._open = opener or urllib.request.build_opener().open
 
     def _call(self, method, path, body=None):
@@ -145,20 +167,25 @@ class Gateway:
                 text = resp.read().decode() or "{}"
                 return json.loads(text)
         except urllib.error.HTTPError as e:
-            raise RollingError("gateway %s %s: HTTP %s" % (method, path, e.code)) from None
+            raise GatewayHTTPError("%s %s %s: HTTP %s" % (self.what, method, path, e.code), e.code) from None
         except (urllib.error.URLError, OSError, ValueError) as e:
-            raise RollingError("gateway %s %s: %s" % (method, path, e)) from None
+            raise RollingError("%s %s %s: %s" % (self.what, method, path, getattr(e, "reason", e))) from None
 
     def workers(self):
-        """The gateway's workers: [{..., "id", "url"}] (GET /workers)."""
+        """The gateway's workers: [{..., "id", "url", "status"}] (GET /workers)."""
         answer = self._call("GET", "/workers")
         return answer.get("workers") or [] if isinstance(answer, dict) else answer or []
 
-    def worker_id(self, url):
+    def entry(self, url):
+        """The gateway's worker `url` ({"id", "url", "status", ...}), None when it does not list it."""
         for w in self.workers():
             if str(w.get("url", "")).rstrip("/") == str(url).rstrip("/"):
-                return w.get("id") or w.get("worker_id")
+                return w
         return None
+
+    def worker_id(self, url):
+        w = self.entry(url)
+        return None if w is None else w.get("id") or w.get("worker_id")
 
     def remove(self, url):
         """Take worker `url` out of the pool (DELETE /workers/{id}); False when the gateway does not have it."""
@@ -170,21 +197,45 @@ class Gateway:
 
     def add(self, url):
         """Put worker `url` (back) in the pool (POST /workers); the gateway answers 202 and adds it in the
-        background: wait with `present`."""
-        return self._call("POST", "/workers", {"url": url})
+        background: wait with `routed`. With an API key the worker gets it too ("api_key" of the body): smg gives
+        a worker added through its API no key of its own, and its backend detection of a replica that enforces
+        the key then fails (401), so the worker is never added."""
+        return self._call("POST", "/workers", dict({"url": url}, **({"api_key": self.api_key} if self.api_key else {})))
 
     def present(self, url):
-        return self.worker_id(url) is not None
+        return self.entry(url) is not None
+
+    def routed(self, url):
+        """Whether the gateway routes requests to worker `url` now (listed with status ready)."""
+        return status(self.entry(url)) == ROUTED
 
     def loads(self):
         """smg's load view of every worker (GET /get_loads)."""
         return self._call("GET", "/get_loads")
 
 
+def status(entry):
+    """A /workers entry's status (None: not listed); an entry without one counts as ready when healthy."""
+    if entry is None:
+        return None
+    if entry.get("status"):
+        return str(entry["status"]).lower()
+    return ROUTED if entry.get("is_healthy", True) else "not_ready"
+
+
 def replica_loads(url, timeout=10, opener=None, api_key=None):
     """A replica's own load answer (SGLang's GET /v1/loads): what `drain` polls once the gateway has let it go
-    (`api_key`: the key the replicas enforce too, in the Authorization header only)."""
-    return Gateway(url, api_key=api_key, timeout=timeout, opener=opener)._call("GET", "/v1/loads")
+    (`api_key`: the key the replicas enforce too, in the Authorization header only). A replica that refuses the
+    connection (no listener: it stopped) has nothing in flight: {"loads": []}."""
+    try:
+        return Gateway(url, api_key=api_key, timeout=timeout, opener=opener, what="replica %s" % url)._call(
+            "GET", "/v1/loads")
+    except GatewayHTTPError:
+        raise
+    except RollingError as exc:
+        if "refused" in str(exc).lower():
+            return {"loads": []}
+        raise
 
 
 def drain(loads, url, timeout, clock=time.monotonic, wait=time.sleep, interval=0.5):
@@ -202,29 +253,66 @@ def drain(loads, url, timeout, clock=time.monotonic, wait=time.sleep, interval=0
         wait(interval)
 
 
+def until(condition, seconds, clock=time.monotonic, wait=time.sleep, interval=0.5):
+    """Poll `condition()` until it is true (returns it) or `seconds` have passed (returns its last value)."""
+    start = clock()
+    while True:
+        got = condition()
+        if got or clock() - start >= seconds:
+            return got
+        wait(interval)
+
+
 def worker(gw, url, state, drain_seconds=120.0, check_mode=False, loads=None, clock=time.monotonic, wait=time.sleep,
            interval=0.5):
-    """One replica's gateway step of a rolling relaunch (module sglang_gateway_worker): state "absent" takes worker
-    `url` out of gateway `gw` (a Gateway) and drains it (its own /v1/loads, at most `drain_seconds`); "present" puts
-    it back and waits (at most `drain_seconds`) until the gateway lists it. Returns {changed, drained_s}."""
+    """One replica's gateway step of a rolling relaunch (module sglang_gateway_worker), each wait bounded by
+    `drain_seconds` (topolaunch_drain_timeout). state "absent": take worker `url` out of gateway `gw` (a Gateway):
+    DELETE it, wait until the gateway no longer routes to it (smg lists it "draining", then not at all), then until
+    the replica's own /v1/loads shows nothing in flight. "present": wait until the gateway has finished removing the
+    old worker (a POST for a URL still listed draining is refused with 409), add it, and wait until the gateway
+    routes to it (status ready). Returns {changed, drained_s}."""
     if state not in ("absent", "present"):
         raise RollingError("state: %r is not absent or present" % (state,))
     seconds = drain_timeout(drain_seconds)
-    there = gw.present(url)
-    if check_mode:
-        return {"changed": there != (state == "present"), "drained_s": 0.0}
+    now = status(gw.entry(url))
+    timed = {"clock": clock, "wait": wait, "interval": interval}
     if state == "absent":
-        changed = gw.remove(url) if there else False
+        changed = now not in (None, DRAINING)
+        if check_mode:
+            return {"changed": changed, "drained_s": 0.0}
+        if changed:
+            gw.remove(url)
+        seen = {}
+
+        def out():
+            seen["status"] = status(gw.entry(url))
+            return seen["status"] in (None, DRAINING)
+
+        if not until(out, seconds, **timed):
+            raise RollingError("replica %s: the gateway still lists it %s %gs after it was removed "
+                               "(topolaunch_drain_timeout)" % (url, seen["status"], seconds))
         loads = loads or (lambda: replica_loads(url, timeout=gw.timeout, opener=gw._open,  # pylint: disable=protected-access
                                                 api_key=gw.api_key))
-        return {"changed": changed, "drained_s": drain(loads, url, seconds, clock=clock, wait=wait,
-                                                       interval=interval)}
-    if there:
-        return {"changed": False, "drained_s": 0.0}
-    gw.add(url)
-    start = clock()
-    while not gw.present(url):
-        if clock() - start >= seconds:
-            raise RollingError("replica %s: the gateway did not list it %gs after it was added" % (url, seconds))
-        wait(interval)
-    return {"changed": True, "drained_s": 0.0}
+        return {"changed": changed, "drained_s": drain(loads, url, seconds, **timed)}
+    changed = now in (None, DRAINING)
+    if check_mode:
+        return {"changed": changed, "drained_s": 0.0}
+    seen = {"posted": False}
+
+    def routed():
+        seen["status"] = status(gw.entry(url))
+        if seen["status"] is None and not seen["posted"]:
+            try:
+                gw.add(url)
+                seen["posted"] = True
+            except GatewayHTTPError as exc:
+                if exc.code != 409:          # 409: listed again meanwhile (still draining): poll on
+                    raise
+        return seen["status"] == ROUTED
+
+    if not until(routed, seconds, **timed):
+        raise RollingError("replica %s: the gateway does not route to it %gs after it was added back (%s; "
+                           "topolaunch_drain_timeout)" % (url, seconds, "it lists it %s" % seen["status"]
+                                                          if seen["status"] else "it does not list it: the "
+                                                          "gateway's journal says why its add failed"))
+    return {"changed": changed, "drained_s": 0.0}

@@ -110,9 +110,9 @@ def assert_only_the_unit_holds_gpus(host, plan):
             assert not ours, "GPU %d is not in the plan but our unit holds it: %s" % (index, ours)
 
 
-def booted_host(tmp_path_factory, name, ssh_port, server_port, repo_port):
+def booted_host(tmp_path_factory, name, ssh_port, server_port, repo_port, **settings):
     """Boot the host `lc` (field spec) of inventory `name` from the provisioned layer, read its topology, copy the
-    small model in; yields its Host and takes it down (purged) afterwards."""
+    small model in; yields its Host and takes it down (purged) afterwards. `settings`: more inventory variables."""
     inv = tmp_path_factory.mktemp("inventories") / name
     copied_inventory(
         inv, name, repo_port, topolaunch_port=server_port,
@@ -120,7 +120,7 @@ def booted_host(tmp_path_factory, name, ssh_port, server_port, repo_port):
         # a short TimeoutStopSec (a server that ignores SIGTERM is SIGKILLed after 4 s instead of 10 s).
         launch_extra_env={"SGLANG_SIM_LOAD_SECONDS": "0", "SGLANG_SIM_CAPTURE_SECONDS": "0",
                           "SGLANG_SIM_DRAIN_POLL_SECONDS": "0.2"},
-        launch_drain_timeout=2, launch_stop_margin=2, health_startup_timeout=60, health_chunk_seconds=5)
+        launch_drain_timeout=2, launch_stop_margin=2, health_startup_timeout=60, health_chunk_seconds=5, **settings)
     (inv / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": {"gpu_hosts": {"children": {"sglang_servers": {
         "hosts": {"lc": {"ansible_port": ssh_port, "lab_gpu_spec": "proxmox-8x-rtx-pro-6000-vnuma",
                          **labhosts.provisioned()}}}}}}}}))

@@ -9,6 +9,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 
@@ -16,7 +17,7 @@ import pytest
 import yaml
 
 from simlab import Lab, free_port, http, wait_for
-from ansible_collections.topolaunch.sglang.plugins.module_utils import gateway
+from ansible_collections.topolaunch.sglang.plugins.module_utils import gateway, rolling
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PIP = ROOT / "build/repo/pip"
@@ -163,6 +164,38 @@ def test_a_killed_replica_is_routed_around_and_used_again(served):
             assert ask(url, next(fresh))[0] == 200
         return reps[1].requests() > before
     wait_for(used_again, 60, "the gateway routing to the restarted replica again", interval=0.5)
+
+
+def test_a_replica_taken_out_restarted_and_put_back_is_routed_again_and_no_request_fails(served):
+    """A rolling relaunch's gateway steps (rolling.worker, the module sglang_gateway_worker's logic) against the real
+    smg: it lists a removed worker "draining" for its drain settle time (5 s) and refuses to add its URL meanwhile,
+    so "present" must wait for that entry to go; before, it took the draining entry for the worker and smg dropped
+    it, leaving one healthy worker. A client sends requests the whole time."""
+    url, reps = served["url"], served["replicas"]
+    gw = rolling.Gateway(url, api_key=KEY)
+    codes, stop = [], threading.Event()
+
+    def client():
+        for i in itertools.count(500):
+            if stop.is_set():
+                return
+            codes.append(ask(url, i)[0])
+    thread = threading.Thread(target=client)
+    thread.start()
+    try:
+        for r in reps:
+            assert rolling.worker(gw, r.url, "absent", 30)["changed"] is True
+            assert rolling.status(gw.entry(r.url)) in (None, "draining")
+            r.kill()                                                # the replica's relaunch: down, then up again
+            r.start().wait_ready()
+            assert rolling.worker(gw, r.url, "present", 30)["changed"] is True
+            assert rolling.status(gw.entry(r.url)) == "ready"
+    finally:
+        stop.set()
+        thread.join(60)
+    status, body = http("GET", url + "/readiness")[:2]
+    assert status == 200 and json.loads(body)["healthy_workers"] == 2, body
+    assert len(codes) > 10 and set(codes) == {200}, codes
 
 
 def test_the_launcher_refuses_the_key_on_its_command_line(gateway_python, tmp_path):

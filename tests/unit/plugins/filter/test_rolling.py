@@ -7,7 +7,9 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.topolaunch.sglang.plugins.filter.rolling import (FilterModule, rolling_decide,
-                                                                           rolling_drain_timeout, rolling_failed)
+                                                                           rolling_drain_timeout,
+                                                                           rolling_drain_timeout_problem,
+                                                                           rolling_failed)
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
 
@@ -24,6 +26,13 @@ def test_a_bad_drain_timeout_fails_naming_the_field(value):
     with pytest.raises(AnsibleFilterError) as e:
         rolling_drain_timeout(value)
     assert str(e.value).startswith("topolaunch_drain_timeout: %r" % (value,)) and "\n" not in str(e.value)
+    # what the relaunch asserts before anything stops: the same line, no exception
+    assert rolling_drain_timeout_problem(value) == str(e.value)
+
+
+def test_a_good_drain_timeout_has_no_problem():
+    assert FilterModule().filters()["rolling_drain_timeout_problem"] is rolling_drain_timeout_problem
+    assert rolling_drain_timeout_problem("120") == "" and rolling_drain_timeout_problem(0.5) == ""
 
 
 GW = "topolaunch-gateway.service"

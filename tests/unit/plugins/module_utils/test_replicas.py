@@ -102,20 +102,14 @@ def test_replica_plan_is_the_one_plan_shape(tmp_path):
     assert one["layout"] == plan["layout"] and one["model_path"] == plan["model_path"]
 
 
-def test_the_template_shares_the_argv_and_each_instance_adds_its_own(tmp_path):
+def test_each_replica_runs_the_shared_argv_then_its_own_host_port_and_numa_node(tmp_path):
     plan, facts = plan_on("proxmox-8x-rtx-pro-6000-vnuma", tmp_path)
     reps = replicas.split(plan, facts)
-    template = replicas.template_plan(dict(plan, replicas=reps))
+    shared = [r["argv"][:r["argv"].index("--host")] for r in reps]
+    assert shared[0] == shared[1] and "--port" not in shared[0] and "--numa-node" not in shared[0]
     for r in reps:
-        own = r["env"][replicas.INSTANCE_ARGS].split()
-        assert template["argv"] + own == r["argv"]          # what the instance runs: the template's + its own
-        assert own[:4] == ["--host", "127.0.0.1", "--port", str(r["port"])]
-    assert "--port" not in template["argv"] and "--numa-node" not in template["argv"]
-    assert template["env"] == {} and "replicas" not in template
-    bad = [dict(reps[0]), dict(reps[1], argv=["--other"] + reps[1]["argv"])]
-    with pytest.raises(replicas.ReplicaError, match="do not share one argv"):
-        replicas.template_plan(dict(plan, replicas=bad))
-    with pytest.raises(replicas.ReplicaError, match="has no replicas"):
-        replicas.template_plan(plan)
+        own = r["argv"][len(shared[0]):]
+        assert own == ["--host", "127.0.0.1", "--port", str(r["port"]), "--numa-node"] + [str(r["index"])] * 4
+        assert "TOPOLAUNCH_REPLICA_ARGS" not in r["env"]
     with pytest.raises(replicas.ReplicaError, match="topolaunch_replica_host"):
         replicas.split(plan, facts, host="a b")

@@ -2,10 +2,9 @@
 topolaunch_drain_timeout must be > 0; the smg worker API client sends the calls smg 1.13.0 answers (shapes taken
 from a running smg 1.13.0) and drain is bounded."""
 import io
-import json
-import urllib.error
 
 import pytest
+from gateway_cases import GW, R0, R1, Clock, Smg
 
 from ansible_collections.topolaunch.sglang.plugins.module_utils import rolling
 
@@ -50,72 +49,106 @@ def test_a_drain_timeout_not_above_zero_is_refused_naming_the_field(value):
     assert str(e.value).startswith("topolaunch_drain_timeout: ") and "\n" not in str(e.value)
 
 
-# Answers of a running smg 1.13.0 (trimmed to the fields read).
-WORKERS = {"workers": [{"id": "01a236bf-7224-700f-9161-bb9115d859bb", "url": "http://127.0.0.1:30001",
-                        "is_healthy": True, "status": "ready"}], "total": 1}
-GET_LOADS = {"version": "smg-1.13.0", "dp_rank_count": 2, "loads": [
-    {"worker": "http://127.0.0.1:30001", "dp_rank": 0, "num_running_reqs": 3, "num_waiting_reqs": 1},
-    {"worker": "http://127.0.0.1:30002", "dp_rank": 0, "num_running_reqs": 5, "num_waiting_reqs": 0}]}
-
-
-class Opener:
-    def __init__(self, answers):
-        self.answers, self.calls = answers, []
-
-    def __call__(self, req, timeout):
-        body = json.loads(req.data) if req.data else None
-        self.calls.append((req.get_method(), req.full_url, body, req.get_header("Authorization")))
-        answer = self.answers[(req.get_method(), req.full_url.split("8000", 1)[1])]
-        if isinstance(answer, int):
-            raise urllib.error.HTTPError(req.full_url, answer, "x", {}, io.BytesIO(b"{}"))
-        return io.BytesIO(json.dumps(answer).encode())
-
-
 def test_remove_finds_the_worker_by_url_and_deletes_it_by_id():
-    op = Opener({("GET", "/workers"): WORKERS, ("DELETE", "/workers/01a236bf-7224-700f-9161-bb9115d859bb"):
-                 {"status": "accepted"}})
-    gw = rolling.Gateway("http://127.0.0.1:8000/", api_key="k", opener=op)
-    assert gw.remove("http://127.0.0.1:30001/") is True
-    assert [c[:2] for c in op.calls] == [("GET", "http://127.0.0.1:8000/workers"),
-                                         ("DELETE", "http://127.0.0.1:8000/workers/01a236bf-7224-700f-9161-"
-                                                    "bb9115d859bb")]
-    assert all(c[3] == "Bearer k" for c in op.calls)
+    smg = Smg(workers=[R0])
+    gw = rolling.Gateway(GW + "/", api_key="k", opener=smg)
+    assert gw.remove(R0 + "/") is True
+    assert [c[:2] for c in smg.calls] == [("GET", GW + "/workers"), ("DELETE", GW + "/workers/id-0")]
+    assert all(c[3] == "Bearer k" for c in smg.calls)
     assert gw.remove("http://127.0.0.1:30009") is False                 # not in the pool: nothing deleted
-    assert len(op.calls) == 3
+    assert len(smg.calls) == 3
 
 
-def test_add_posts_the_url_and_present_sees_it():
-    op = Opener({("POST", "/workers"): {"status": "accepted", "worker_id": "w"}, ("GET", "/workers"): WORKERS})
-    gw = rolling.Gateway("http://127.0.0.1:8000", opener=op)
-    gw.add("http://127.0.0.1:30001")
-    assert op.calls[0][2] == {"url": "http://127.0.0.1:30001"} and op.calls[0][3] is None   # no key: no header
-    assert gw.present("http://127.0.0.1:30001") and not gw.present("http://127.0.0.1:30002")
+def test_add_posts_the_url_and_the_gateway_routes_to_it_once_ready():
+    smg = Smg(workers=[], pending=1)
+    gw = rolling.Gateway(GW, opener=smg)
+    gw.add(R0)
+    assert smg.calls[0][2] == {"url": R0} and smg.calls[0][3] is None   # no key: no header
+    assert gw.present(R0) and not gw.routed(R0)                         # pending until its health check passes
+    assert gw.routed(R0) and not gw.present(R1)
+    keyed = Smg(workers=[])
+    rolling.Gateway(GW, api_key="k", opener=keyed).add(R1)
+    # smg gives a worker added through its API no key unless the body names it; the replicas enforce it
+    assert keyed.calls[0][2] == {"url": R1, "api_key": "k"} and keyed.calls[0][3] == "Bearer k"
 
 
 def test_a_gateway_error_is_one_line_naming_the_call():
-    gw = rolling.Gateway("http://127.0.0.1:8000", opener=Opener({("POST", "/workers"): 409}))
-    with pytest.raises(rolling.RollingError, match=r"^gateway POST /workers: HTTP 409$"):
-        gw.add("http://127.0.0.1:30001")
+    gw = rolling.Gateway(GW, opener=Smg(workers=[R0]))
+    with pytest.raises(rolling.GatewayHTTPError, match=r"^gateway POST /workers: HTTP 409$") as e:
+        gw.add(R0)                                                      # smg: WORKER_ALREADY_EXISTS
+    assert e.value.code == 409
+
+
+def test_absent_waits_until_the_gateway_stops_routing_then_drains_the_replica():
+    smg, clock = Smg(workers=[R0, R1], inflight=[2, 0]), Clock()
+    got = rolling.worker(rolling.Gateway(GW, opener=smg), R0, "absent", 30, clock=clock, wait=clock.wait,
+                         interval=1)
+    assert got == {"changed": True, "drained_s": 1.0} and smg.status(R0) == "draining"
+    assert [c[1] for c in smg.calls].count(R0 + "/v1/loads") == 2
+    again = rolling.worker(rolling.Gateway(GW, opener=smg), R0, "absent", 30, clock=clock, wait=clock.wait)
+    assert again["changed"] is False and not [c for c in smg.calls if c[0] == "DELETE"][1:]
+
+
+def test_a_stopped_replica_has_nothing_in_flight():
+    smg, clock = Smg(workers=[], replica_down=True), Clock()
+    assert rolling.worker(rolling.Gateway(GW, opener=smg), R0, "absent", 30, clock=clock,
+                          wait=clock.wait)["changed"] is False
+
+
+def test_present_waits_for_the_draining_entry_to_go_then_adds_it_and_waits_until_it_is_routed():
+    # The bug of the first rolling relaunch: smg still listed the replica "draining" (its 5 s drain settle) when it
+    # was added back, so "present" said it was there, and smg then dropped it: one healthy worker for good.
+    smg, clock = Smg(workers=[R0, R1], settle=3, pending=2), Clock()
+    gw = rolling.Gateway(GW, opener=smg)
+    gw.remove(R0)
+    got = rolling.worker(gw, R0, "present", 30, clock=clock, wait=clock.wait, interval=1)
+    assert got["changed"] is True and smg.status(R0) == "ready"
+    assert [c[0] for c in smg.calls].count("POST") == 1
+    assert rolling.worker(gw, R0, "present", 30, clock=clock, wait=clock.wait)["changed"] is False
+
+
+def test_a_worker_the_gateway_never_routes_to_fails_naming_it_and_the_field():
+    smg, clock = Smg(workers=[], pending=1000), Clock()
+    with pytest.raises(rolling.RollingError, match=r"^replica %s: the gateway does not route to it 5s after it "
+                                                   r"was added back \(it lists it pending; "
+                                                   r"topolaunch_drain_timeout\)$" % R0):
+        rolling.worker(rolling.Gateway(GW, opener=smg), R0, "present", 5, clock=clock, wait=clock.wait, interval=1)
+    assert clock.now == 5
+
+
+def test_an_add_the_gateway_drops_is_posted_once_and_fails_saying_so():
+    class Drops(Smg):                               # smg's add job failed in the background (e.g. a 401 detecting it)
+        def __call__(self, req, timeout):
+            answer = super().__call__(req, timeout)
+            self.entries = [e for e in self.entries if e["status"] != "pending"]
+            return answer
+
+    smg, clock = Drops(workers=[]), Clock()
+    with pytest.raises(rolling.RollingError, match=r"it does not list it: the gateway's journal says why"):
+        rolling.worker(rolling.Gateway(GW, opener=smg), R0, "present", 5, clock=clock, wait=clock.wait, interval=1)
+    assert [c[0] for c in smg.calls].count("POST") == 1
+
+
+def test_a_worker_still_routed_after_its_removal_fails_naming_it():
+    class Stuck(Smg):                               # a gateway that accepts the DELETE and keeps routing
+        def __call__(self, req, timeout):
+            if req.get_method() == "DELETE":
+                return io.BytesIO(b"{}")
+            return super().__call__(req, timeout)
+
+    clock = Clock()
+    with pytest.raises(rolling.RollingError, match=r"the gateway still lists it ready 3s after it was removed"):
+        rolling.worker(rolling.Gateway(GW, opener=Stuck()), R0, "absent", 3, clock=clock, wait=clock.wait)
 
 
 def test_in_flight_sums_a_workers_ranks_from_either_answer():
-    assert rolling.in_flight(GET_LOADS, "http://127.0.0.1:30001") == 4
-    assert rolling.in_flight(GET_LOADS, "http://127.0.0.1:30002/") == 5
-    assert rolling.in_flight(GET_LOADS, "http://127.0.0.1:30003") is None     # removed: the gateway drops it
+    loads = rolling.Gateway(GW, opener=Smg()).loads()                  # smg's GET /get_loads
+    assert rolling.in_flight(loads, R0) == 4
+    assert rolling.in_flight(loads, R1 + "/") == 5
+    assert rolling.in_flight(loads, "http://127.0.0.1:30003") is None     # removed: the gateway drops it
     own = {"loads": [{"dp_rank": 0, "num_running_reqs": 2, "num_waiting_reqs": 0},
                      {"dp_rank": 1, "num_running_reqs": 0, "num_waiting_reqs": 1}]}   # SGLang's /v1/loads
     assert rolling.in_flight(own) == 3
-
-
-class Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def wait(self, seconds):
-        self.now += seconds
 
 
 def test_drain_waits_for_the_last_request_and_no_longer():
@@ -145,7 +178,9 @@ def test_a_failure_names_the_replica_and_what_was_done_before_it():
     msg = rolling.failed(TWO[1], "health", "no /health answer in 600 s", [0])
     assert "replica 1 (topolaunch-sglang@1.service), step health" in msg and "before it: 0" in msg
     assert "\n" not in msg
-    assert rolling.failed(TWO[0], "drain", "x", []).endswith("before it: none")
+    assert "rolled back to its last good plan" in msg
+    drained = rolling.failed(TWO[0], "drain", "x", [])
+    assert drained.endswith("it was not stopped and still runs its plan, replicas replaced before it: none")
 
 
 def _replica_plan(index, gpus, numa, port, unit=None):

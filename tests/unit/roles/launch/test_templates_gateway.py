@@ -91,3 +91,28 @@ def test_gateway_security_exposure_at_most_the_servers(rendered, tmp_path):
                           text=True, check=False)
     found = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", proc.stdout + proc.stderr)
     assert found and float(found.group(1)) <= 4.5, proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(not ANALYZE, reason="needs systemd-analyze")
+def test_the_validate_phase_refuses_a_gateway_unit_systemd_would_not_load(rendered, tmp_path):
+    """roles/launch/tasks/gateway_validate.yml (replicas.yml runs it before anything stops): a unit systemd-analyze
+    verify accepts passes; one it refuses (here a gateway venv that is not an absolute path: systemd cannot exec its
+    python) fails naming the unit and systemd's words."""
+    venv = tmp_path / "gw"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("#!/bin/sh\n")
+    (venv / "bin" / "python").chmod(0o755)
+    variables = {"relaunch_plan": rendered[1], "topolaunch_service_user": "root", "topolaunch_service_group": "root",
+                 "ansible_become_method": "su"}
+    plays = [{"name": case, "hosts": "localhost", "gather_facts": False,
+              "vars": dict(variables, topolaunch_gateway_venv=path), "tasks": [{"block": [
+                  {"ansible.builtin.include_role": {"name": "topolaunch.sglang.launch",
+                                                    "tasks_from": "gateway_validate"}},
+                  {"ansible.builtin.set_fact": {"verified_" + case: "passed"}}],
+                  "rescue": [{"ansible.builtin.set_fact": {"verified_" + case: "{{ ansible_failed_result.msg }}"}}]}]}
+             for case, path in (("good", str(venv)), ("relative", "opt/gw"))]
+    good, relative = run_plays(plays, tmp_path, ["verified_good", "verified_relative"])
+    assert good == "passed"
+    assert relative.startswith("Cannot start the gateway: systemd-analyze verify refuses its rendered unit "
+                               "topolaunch-gateway.service: topolaunch-gateway.service:"), relative
+    assert "nothing was stopped" in relative and "\n" not in relative
