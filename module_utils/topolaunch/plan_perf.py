@@ -94,6 +94,19 @@ HOST_PATH_LATENCY_US_PER_STEP = 13.6
 # - pp > 1 turns the overlap scheduler off (server_args._handle_pipeline_parallelism).
 ACTIVATION_BYTES = 2
 
+# Kernel floors and tiles measured on a real H200 under CUDA graphs (tests/fixtures/real-gpu/: the records and the
+# programs that took them; tests/unit/plugins/module_utils/test_real_gpu_kernels.py replays them through the model):
+# - a GEMM kernel costs at least ~4.5 us (no decode GEMM group of two kernels ran in under ~9 us, gemm_h200.json);
+# - a fused-MoE grouped GEMM kernel (torch._grouped_mm / _scaled_grouped_mm over the routed experts) at least ~10 us
+#   (12-13 us per kernel with under one expert's weights to read, moe_h200.json);
+# - a decode attention kernel at least ~8 us (8.2-9.1 us for one request over 1k tokens, attention_h200.json);
+# - decode GEMMs run 64-row tiles (Hopper's smallest tensor-core tile, wgmma M = 64): counting 128-row tiles
+#   over-charged compute for small shards near m = 128 (ratios up to 1.7 in gemm_h200.json).
+GEMM_KERNEL_US = 4.5
+GROUPED_GEMM_KERNEL_US = 10.0
+ATTENTION_KERNEL_US = 8.0
+GEMM_TILE = (64, 128)
+
 # The fitted efficiencies: what kernels and SGLang's scheduler reach. Initial values are the usual figures
 # (GEMM ~70% of dense peak on large shapes, streaming ~80% of memory bandwidth); tools/calibration.py fits them
 # to tests/calibration/ and writes the fitted values here (a test recomputes the fit).
