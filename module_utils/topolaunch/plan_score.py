@@ -17,8 +17,11 @@ Decode. One forward pass of a stage over a micro-batch of m tokens costs, per la
     max(FLOPs / (tensor peak x gemm efficiency x tile occupancy), weight bytes read / (memory bandwidth x memory
     efficiency)). The tensor peak is the checkpoint's precision where the GPU has it (FP8 / FP4), else bf16.
     Routed experts: only the experts some token of the micro-batch routes to are read
-    (1 - (1 - top_k/experts)^m of them); tile occupancy = output tiles / SMs (capped at 1), which is where thin
-    shards (large tp) and few tokens per expert lose compute efficiency.
+    (1 - (1 - top_k/experts)^m of them) in one grouped kernel for gate+up and one for down, as fused MoE runs them;
+    tile occupancy = output tiles of 64 rows x 128 columns / SMs (capped at 1), which is where thin shards (large
+    tp) and few tokens per expert lose compute efficiency. Every kernel also pays its floor under a CUDA graph
+    (plan_perf.GEMM_KERNEL_US, GROUPED_GEMM_KERNEL_US, ATTENTION_KERNEL_US: measured on an H200,
+    tests/fixtures/real-gpu/, replayed by test_real_gpu_kernels.py).
   - attention: KV bytes read (m tokens x the average context of input + output/2, per-GPU cache cell: MLA
     latent replicated on every TP rank, GQA heads split by tp; DSA reads only index_topk latent entries plus
     every index key) and its FLOPs, as the same roofline at bf16.
