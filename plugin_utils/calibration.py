@@ -93,7 +93,8 @@ def replay(case, tmp, server_args=None):
             inputs = dict(inputs, workload=dict(inputs["workload"],
                                                 concurrency=inputs["workload"]["concurrency"] * m["replicas"]))
         value = m.get("output_tokens_per_s", m.get("ratio"))
-        entries.append({"layout": m["layout"], "measured": float(value), "inputs": inputs,
+        # label: how the report names a layout when two measured ones share a layout name (attention DP or not)
+        entries.append({"layout": m.get("label", m["layout"]), "measured": float(value), "inputs": inputs,
                         "refused": None if cand and cand["valid"] else (cand["reasons"] if cand else ["not a candidate"])})
     return entries
 

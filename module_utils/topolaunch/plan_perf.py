@@ -94,6 +94,19 @@ HOST_PATH_LATENCY_US_PER_STEP = 13.6
 # - pp > 1 turns the overlap scheduler off (server_args._handle_pipeline_parallelism).
 ACTIVATION_BYTES = 2
 
+# Kernel floors and tiles measured on a real H200 under CUDA graphs (tests/fixtures/real-gpu/: the records and the
+# programs that took them; tests/unit/plugins/module_utils/test_real_gpu_kernels.py replays them through the model):
+# - a GEMM kernel costs at least ~4.5 us (no decode GEMM group of two kernels ran in under ~9 us, gemm_h200.json);
+# - a fused-MoE grouped GEMM kernel (torch._grouped_mm / _scaled_grouped_mm over the routed experts) at least ~10 us
+#   (12-13 us per kernel with under one expert's weights to read, moe_h200.json);
+# - a decode attention kernel at least ~8 us (8.2-9.1 us for one request over 1k tokens, attention_h200.json);
+# - decode GEMMs run 64-row tiles (Hopper's smallest tensor-core tile, wgmma M = 64): counting 128-row tiles
+#   over-charged compute for small shards near m = 128 (ratios up to 1.7 in gemm_h200.json).
+GEMM_KERNEL_US = 4.5
+GROUPED_GEMM_KERNEL_US = 10.0
+ATTENTION_KERNEL_US = 8.0
+GEMM_TILE = (64, 128)
+
 # The fitted efficiencies: what kernels and SGLang's scheduler reach. Initial values are the usual figures
 # (GEMM ~70% of dense peak on large shapes, streaming ~80% of memory bandwidth); tools/calibration.py fits them
 # to tests/calibration/ and writes the fitted values here (a test recomputes the fit).
@@ -101,18 +114,18 @@ EFFICIENCY = {
     "gemm": 0.7,            # fraction of dense tensor peak a large GEMM reaches
     "attention": 0.5,       # fraction of bf16 peak the attention kernels reach on their FLOPs
     "memory": 0.8,          # fraction of memory bandwidth a streaming read reaches (weights, KV cache)
-    "layer_us": 20.0,        # fixed GPU time per layer and forward with CUDA graphs (kernel tails, launches)
-    "eager_factor": 2.714,     # the same without CUDA graphs (batch above cuda_graph_max_bs)
+    "layer_us": 11.7,        # fixed GPU time per layer and forward with CUDA graphs beyond the per-kernel floors
+    "eager_factor": 4.0,     # the same without CUDA graphs (batch above cuda_graph_max_bs; not measured: fitted)
     "step_ms": 1.5,          # scheduler CPU time per forward step (Python, per scheduler process)
     "request_us": 12.0,      # scheduler CPU time per running request and step
-    "shard_width": 80.63,    # GEMM width per GPU at which a shard reaches half its roofline (thin-shard loss)
+    "shard_width": 83.57,    # GEMM width per GPU at which a shard reaches half its roofline (thin-shard loss)
     "ep_skew": 0.15,         # how much more routed work the busiest expert-parallel rank gets than the mean
 }
 
 # The model's error on the calibration set: the typical |log(predicted ratio / measured ratio)| between two
 # measured layouts of one case (tools/calibration.py computes it; tests/unit recompute it). A margin between the
 # top two layouts smaller than this is inside the model's error: measure (layout: tune).
-MODEL_ERROR = 0.183
+MODEL_ERROR = 0.251
 
 
 def gpu_perf(name, compute_capability=None):

@@ -17,8 +17,11 @@ Decode. One forward pass of a stage over a micro-batch of m tokens costs, per la
     max(FLOPs / (tensor peak x gemm efficiency x tile occupancy), weight bytes read / (memory bandwidth x memory
     efficiency)). The tensor peak is the checkpoint's precision where the GPU has it (FP8 / FP4), else bf16.
     Routed experts: only the experts some token of the micro-batch routes to are read
-    (1 - (1 - top_k/experts)^m of them); tile occupancy = output tiles / SMs (capped at 1), which is where thin
-    shards (large tp) and few tokens per expert lose compute efficiency.
+    (1 - (1 - top_k/experts)^m of them) in one grouped kernel for gate+up and one for down, as fused MoE runs them;
+    tile occupancy = output tiles of 64 rows x 128 columns / SMs (capped at 1), which is where thin shards (large
+    tp) and few tokens per expert lose compute efficiency. Every kernel also pays its floor under a CUDA graph
+    (plan_perf.GEMM_KERNEL_US, GROUPED_GEMM_KERNEL_US, ATTENTION_KERNEL_US: measured on an H200,
+    tests/fixtures/real-gpu/, replayed by test_real_gpu_kernels.py).
   - attention: KV bytes read (m tokens x the average context of input + output/2, per-GPU cache cell: MLA
     latent replicated on every TP rank, GQA heads split by tp; DSA reads only index_topk latent entries plus
     every index key) and its FLOPs, as the same roofline at bf16.
@@ -242,6 +245,50 @@ def _occupancy(tiles, sms):
     return min(1.0, tiles / float(sms)) if sms else 1.0
 
 
+def _tiles(tokens, cols):
+    """Output tiles of a GEMM over `tokens` rows and `cols` columns (plan_perf.GEMM_TILE: Hopper's smallest
+    tensor-core tile is 64 rows, which is what decode-sized GEMMs run)."""
+    return math.ceil(tokens / float(plan_perf.GEMM_TILE[0])) * math.ceil(cols / float(plan_perf.GEMM_TILE[1]))
+
+
+def kernel_time(flops, peak, tiles, bytes_, bandwidth, kernels, floor_us, sms):
+    """One group of kernels: their fixed cost under a CUDA graph (kernels x the measured per-kernel floor) plus the
+    roofline of their work, compute at tile occupancy min(1, tiles / SMs). -> (seconds, compute, memory)."""
+    t, c, w = _roofline(flops, peak, _occupancy(tiles, sms), bytes_, bandwidth)
+    return t + kernels * floor_us * 1e-6, c, w
+
+
+def dense_gemm_time(local, width, tokens, hidden, bpp, peak, hbm, sms, eff):
+    """One layer's column-parallel + row-parallel GEMM pair of `local` weights per GPU (`width` = the cut dimension
+    per GPU) on `tokens` tokens: two kernels."""
+    cols = max(1.0, local / hidden)          # output columns per GPU of the column-parallel half
+    se = shard_efficiency(width, eff)
+    return kernel_time(2.0 * tokens * local, peak * se, _tiles(tokens, cols) * 2, local * bpp, hbm * se, 2,
+                       plan_perf.GEMM_KERNEL_US, sms)
+
+
+def moe_gemm_time(shape, tp, ep, m, bpp, peak, hbm, sms, eff):
+    """One layer's routed experts on one GPU as fused MoE runs them: one grouped kernel for gate+up and one for
+    down over every expert some token routes to (1 - (1 - top_k/experts)^m of them are read)."""
+    assignments = m * shape.top_k
+    touched = 1.0 - (1.0 - float(shape.top_k) / shape.experts) ** max(1.0, m)
+    local_bytes = shape.experts * shape.expert / float(tp) * bpp * touched
+    moe_tp = max(1.0, tp / float(ep))
+    flops = 2.0 * assignments * shape.expert / float(tp)
+    per_expert_tokens = assignments / float(shape.experts)
+    cols = shape.expert_width * 2 / moe_tp
+    experts_local = shape.experts / float(ep) * touched
+    se = shard_efficiency(shape.expert_width / moe_tp, eff)
+    return kernel_time(flops, peak * se, experts_local * _tiles(per_expert_tokens, cols), local_bytes, hbm * se, 2,
+                       plan_perf.GROUPED_GEMM_KERNEL_US, sms)
+
+
+def attention_time(flops, kv, attn_peak, hbm, sms):
+    """One layer's attention kernel over the KV cache: bandwidth-bound on the KV bytes in decode, plus the
+    measured floor of a decode attention kernel."""
+    return kernel_time(flops, attn_peak, sms, kv, hbm, 1, plan_perf.ATTENTION_KERNEL_US, sms)
+
+
 def _roofline(flops, peak, occupancy, bytes_, bandwidth):
     compute = flops / (peak * occupancy) if flops else 0.0
     memory = bytes_ / bandwidth if bytes_ else 0.0
@@ -326,11 +373,7 @@ def stage_time(shape, layout, stage, m, ctx, links, gpu, peak, eff, graph_bs, pr
         """count layers' GEMMs of `params` weights split over `split` GPUs, on `tokens` tokens."""
         if not count or not params:
             return
-        local = params / float(split)
-        cols = max(1.0, local / h)          # output columns per GPU of the column-parallel half
-        occ = _occupancy(math.ceil(tokens / 128.0) * math.ceil(cols / 128.0) * 2, sms)
-        se = shard_efficiency(width / split, eff)
-        t, c, w = _roofline(2.0 * tokens * local, gemm_peak * se, occ, local * bpp, hbm * se)
+        t, c, w = dense_gemm_time(params / float(split), width / split, tokens, h, bpp, gemm_peak, hbm, sms, eff)
         add(t * count, c, w, "weights")
 
     layers = stage["layers"]
@@ -338,17 +381,7 @@ def stage_time(shape, layout, stage, m, ctx, links, gpu, peak, eff, graph_bs, pr
     dense(shape.dense_mlp, stage["dense_layers"], shape.dense_width, tp, m)
     dense(shape.shared, stage["moe_layers"], shape.expert_width, tp, m)
     if stage["moe_layers"] and shape.experts:
-        assignments = m * shape.top_k
-        touched = 1.0 - (1.0 - float(shape.top_k) / shape.experts) ** max(1.0, m)
-        local_bytes = shape.experts * shape.expert / float(tp) * bpp * touched
-        moe_tp = max(1.0, tp / float(ep))
-        flops = 2.0 * assignments * shape.expert / float(tp)
-        per_expert_tokens = assignments / float(shape.experts)
-        cols = shape.expert_width * 2 / moe_tp
-        experts_local = shape.experts / float(ep) * touched
-        occ = _occupancy(experts_local * math.ceil(per_expert_tokens / 128.0) * math.ceil(cols / 128.0), sms)
-        se = shard_efficiency(shape.expert_width / moe_tp, eff)
-        t, c, w = _roofline(flops, gemm_peak * se, occ, local_bytes, hbm * se)
+        t, c, w = moe_gemm_time(shape, tp, ep, m, bpp, gemm_peak, hbm, sms, eff)
         skew = 1.0 + eff["ep_skew"] if ep > 1 else 1.0    # the busiest EP rank's share of the routed tokens
         add(t * skew * stage["moe_layers"], c, w, "weights")
 
@@ -371,7 +404,7 @@ def stage_time(shape, layout, stage, m, ctx, links, gpu, peak, eff, graph_bs, pr
     if shape.nsa:
         flops += 2.0 * m_attn * context * shape.index_heads * shape.index_dim
         kv += 0.0 if prefill else m_attn * context * (shape.index_dim + shape.index_dim // 128 * 4)
-    t, c, w = _roofline(flops, attn_peak, 1.0, kv, hbm)
+    t, c, w = attention_time(flops, kv, attn_peak, hbm, sms)
     add(t * layers, c, w, "kv")
 
     # communication and fixed costs
@@ -387,8 +420,8 @@ def stage_time(shape, layout, stage, m, ctx, links, gpu, peak, eff, graph_bs, pr
     if stage["last"]:
         head = shape.vocab * h / float(tp)
         tokens = 1 if prefill else m
-        occ = _occupancy(math.ceil(tokens / 128.0) * math.ceil(shape.vocab / float(tp) / 128.0), sms)
-        t, c, w = _roofline(2.0 * tokens * head, gpu["bf16"] * eff["gemm"], occ, head * 2, hbm)
+        t, c, w = kernel_time(2.0 * tokens * head, gpu["bf16"] * eff["gemm"], _tiles(tokens, shape.vocab / float(tp)),
+                              head * 2, hbm, 1, plan_perf.GEMM_KERNEL_US, sms)
         add(t, c, w, "weights")
         parts["comm"] += links.allgather(tokens * shape.vocab * plan_perf.ACTIVATION_BYTES)
     else:

@@ -1,9 +1,11 @@
 """Module sglang_plan: a plan from a model directory, check mode, every reason on failure, a tune's selection, the
 release the host records as installed."""
 import json
+import math
 
 import pytest
 
+from ansible_collections.topolaunch.sglang.plugins.module_utils import plan_perf
 from ansible_collections.topolaunch.sglang.plugins.modules import sglang_plan
 from plan_cases import FIELD_ARGS, model_path, synth_facts
 from topology_cases import make_sysfs
@@ -115,7 +117,8 @@ def test_module_plans_a_tune(vnuma, run_module):
     assert code == 0 and out["plan"]["requested_layout"] == "tune"
     assert out["tune"]["measure"] == ["tp4pp2", "tp8ep8"] and out["tune"]["max"] == 2
     assert out["plan"]["layout"]["name"] == "tp4pp2" and "fit" not in out   # nothing measured: no fit
-    assert any(line.startswith("tune: the model's error is 20%; measuring tp4pp2, tp8ep8") for line in out["report"])
+    error = "%.0f%%" % (100 * (math.exp(plan_perf.MODEL_ERROR) - 1))
+    assert any(line.startswith("tune: the model's error is %s; measuring tp4pp2, tp8ep8" % error) for line in out["report"])
     code, out, _ = run_module(sglang_plan, {"topology": vnuma, "model_path": model_path("glm-5-nvfp4"), "layout": "tune",
                                             "tune_max": 0})
     assert code == 1 and "tune_max (topolaunch_tune_max) must be a positive integer, got 0" in out["msg"]

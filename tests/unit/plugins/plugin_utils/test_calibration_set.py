@@ -142,7 +142,8 @@ def problems(case):
     measured = case.get("measured") or []
     if len(measured) < 2:
         bad("needs at least two measured layouts")
-    names = [m.get("layout") for m in measured]
+    # a measured layout is named by its label where two share a layout name (attention DP on or off)
+    names = [m.get("label", m.get("layout")) for m in measured]
     if len(set(names)) != len(names):
         bad("a layout is measured twice: %s" % names)
     values = {}
@@ -161,7 +162,7 @@ def problems(case):
         if not positive(value):
             bad("layout %s has no positive %s" % (name, metric))
             continue
-        values[name] = value
+        values[m.get("label", name)] = value
         published = value
         if "output_tokens_per_s_per_gpu" in m:
             published = m["output_tokens_per_s_per_gpu"]
