@@ -159,3 +159,11 @@ def test_a_tune_after_measuring_a_variant_measures_nothing_again(vnuma):
     only_variant = tune.tune_plan(request(vnuma, measured=records[1:]), tune_layouts=["tp8ep8"],
                                   tune_backends={"moe_runner_backend": ["cutlass"]})[2]
     assert only_variant["measure"] == ["tp8ep8"]      # the layout with the release's defaults is not measured yet
+
+
+@pytest.mark.parametrize("rule", known_combinations.BACKEND_RULES, ids=lambda r: r["id"])
+def test_every_ranked_backend_is_a_choice_of_the_releases_it_was_checked_against(rule):
+    for version in rule["checked"]:
+        choices = tune_backends.kinds_of(planner.SGLANG_FACTS[version])[rule["kind"]]["choices"]
+        assert set(rule["close"]) <= set(choices), (version, set(rule["close"]) - set(choices))
+        assert not rule["unsupported"] or set(rule["unsupported"]) & set(choices), version   # values it has
