@@ -153,7 +153,7 @@ def _model_facts(request):
     return model_config.model_facts(config, total, os.path.basename(str(request.model_path).rstrip("/")))
 
 
-def backend_candidates(request, result, selection, tune_backends_value, tune_max, remeasure=False):
+def backend_candidates(request, result, selection, tune_backends_value, tune_max, remeasure=False, failed=()):
     """Add the backend variants of topolaunch_tune_backends to the selection (tune_backends.py): PlanError with
     one line naming the field for a kind or value the installed release lacks, or a kind the operator set."""
     version = result["sglang_version"]
@@ -168,7 +168,7 @@ def backend_candidates(request, result, selection, tune_backends_value, tune_max
     variants, notes = backend_variants.candidates(wanted, facts, _model_facts(request),
                                                planner._compute_capabilities(request), version)  # pylint: disable=protected-access
     selection["backend_notes"] = notes
-    return backend_variants.add_variants(selection, variants, result["candidates"], tune_max, remeasure)
+    return backend_variants.add_variants(selection, variants, result["candidates"], tune_max, remeasure, failed)
 
 
 def tune_plan(request, failures=None, tune_max=3, tune_remeasure=False, tune_layouts=None, tune_backends=None):
@@ -184,7 +184,7 @@ def tune_plan(request, failures=None, tune_max=3, tune_remeasure=False, tune_lay
     if selection["reasons"]:
         raise PlanError(selection["reasons"], {"candidates": result["candidates"],
                                                "topology_fingerprint": result["topology_fingerprint"]})
-    backend_candidates(request, result, selection, tune_backends, tune_max, tune_remeasure)
+    backend_candidates(request, result, selection, tune_backends, tune_max, tune_remeasure, failed)
     # what the starts cost (tune_start.py): the candidates start cheaper, for the bench's batch size only
     selection["start"] = tune_start.tune_cost(
         SGLANG_FACTS[result["sglang_version"]], result["memory"]["gpu_memory_bytes"], result["candidates"],

@@ -158,9 +158,10 @@ def candidates(wanted, facts, model, compute_capabilities, version):
     return out, notes
 
 
-def add_variants(selection, variants, candidates_table, max_count, remeasure=False):
+def add_variants(selection, variants, candidates_table, max_count, remeasure=False, failed=()):
     """Add the backend variants of the tune's first chosen layout to a tune.select() result (in place): rows,
-    measure (up to max_count names in all, layouts first), and selection["variants"] {name: {layout, backends}}."""
+    measure (up to max_count names in all, layouts first), and selection["variants"] {name: {layout, backends}}.
+    A variant that failed to start here (failed: names) is left out unless remeasure."""
     selection.setdefault("variants", {})
     if not variants or not selection["chosen"]:
         return selection
@@ -180,7 +181,10 @@ def add_variants(selection, variants, candidates_table, max_count, remeasure=Fal
         got = measured.get(name)
         entry = {"name": name, "estimate": row["estimate"], "measured": got,
                  "figure": got if got else row["figure"], "status": "", "note": "%s %s: %s" % (kind, value, why)}
-        if taken >= max_count:
+        if name in failed and not got and not remeasure:
+            entry["status"] = "failed before"
+            entry["note"] += "; failed to start here; tune_remeasure tries it again"
+        elif taken >= max_count:
             entry["status"] = "over the limit"
             entry["note"] += "; topolaunch_tune_max is %d" % max_count
         else:

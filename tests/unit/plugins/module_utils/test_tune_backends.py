@@ -167,3 +167,14 @@ def test_every_ranked_backend_is_a_choice_of_the_releases_it_was_checked_against
         choices = tune_backends.kinds_of(planner.SGLANG_FACTS[version])[rule["kind"]]["choices"]
         assert set(rule["close"]) <= set(choices), (version, set(rule["close"]) - set(choices))
         assert not rule["unsupported"] or set(rule["unsupported"]) & set(choices), version   # values it has
+
+
+def test_a_variant_that_failed_to_start_is_left_out_unless_remeasured(vnuma):
+    variant = "tp8ep8+moe_runner_backend.cutlass"
+    failures = [{"model": "glm-5-nvfp4", "topology_fingerprint": vnuma["fingerprint"], "layout": variant,
+                 "stage": "launch"}]
+    args = {"tune_layouts": ["tp8ep8"], "tune_backends": {"moe_runner_backend": ["cutlass"]}, "failures": failures}
+    selection = tune.tune_plan(request(vnuma), **args)[2]
+    assert selection["measure"] == ["tp8ep8"]
+    assert {r["name"]: r["status"] for r in selection["rows"]}[variant] == "failed before"
+    assert tune.tune_plan(request(vnuma), tune_remeasure=True, **args)[2]["measure"] == ["tp8ep8", variant]
