@@ -238,9 +238,9 @@ def test_concurrency_max_plans_what_every_replica_admits(lab_host, tmp_path):
 
 
 # Backends as candidates (topolaunch_tune_backends): the field spec (SM120) + GLM-5 NVFP4, where the known-combinations
-# table ranks the MoE runners cutlass, flashinfer_cutlass close; the lab's truth makes cutlass faster than the
-# release's default (auto), which runs at a quarter of the speed (a factor on the fast side is squeezed by the
-# simulator's own per-request overhead at tp8ep8=3).
+# table ranks the MoE runners cutlass, flashinfer_cutlass close; the lab's truth (SGLANG_SIM_BACKEND_SPEED) runs
+# cutlass at 1.5x and the release's default (auto) at 0.25x the performance model: the non-default one is faster.
+# The host runs the simulator wheel of build/repo: `make repo` after a change to lab/sglang_sim.
 BACKEND, BACKEND_VARIANT = "cutlass", TRUE_WINNER + "+moe_runner_backend.cutlass"
 BACKEND_SPEED = "moe_runner_backend:auto=0.25,moe_runner_backend:cutlass=1.5"
 
