@@ -204,6 +204,21 @@ options:
     type: list
     elements: str
     default: []
+  tune_backends:
+    description:
+      - With C(layout=tune), backends measured as extra candidates of the first layout chosen (topolaunch_tune_backends,
+        module_utils/topolaunch/tune_backends.py) - a list of backend kinds (C(moe_runner_backend),
+        C(attention_backend), C(fp4_gemm_backend), C(fp8_gemm_backend)) whose values the known-combinations table
+        ranks close here, or a mapping kind to a list of values of the installed release's choices.
+      - A kind or value the release lacks, or a kind set in O(server_args), fails the plan naming the field.
+    type: raw
+  backends:
+    description:
+      - Backends this plan runs with (a tune's backend candidate) - a mapping kind to value, each one of the installed
+        release's choices. The plan records them (C(backends), C(layout.variant)).
+      - Without it a plan that measured results decide runs the measured winner with the backends it was measured
+        with.
+    type: dict
   gpus:
     description: GPU indices the plan may use (default all).
     type: list
@@ -378,6 +393,8 @@ ARGUMENT_SPEC = {
     "tune_max": {"type": "int", "default": 3},
     "tune_remeasure": {"type": "bool", "default": False},
     "tune_layouts": {"type": "list", "elements": "str", "default": []},
+    "tune_backends": {"type": "raw"},
+    "backends": {"type": "dict"},
     "sglang_python": {"type": "str"},
     "installed_version_file": {"type": "path"},
     "sysfs_root": {"type": "path", "default": "/sys"},

@@ -29,6 +29,7 @@ import os
 import re
 
 from ansible_collections.topolaunch.sglang.plugins.module_utils.constants import server_view
+from ansible_collections.topolaunch.sglang.plugins.module_utils.tune_backends import split_variant
 
 SCHEMA_VERSION = 1
 
@@ -737,19 +738,28 @@ def tune_record(selection, outcomes, candidates, plan, workload):
     rows = []
     for name in names:
         out = done.get(name, {})
-        measured = (final.get(name) or {}).get("measured") or {}
+        # a backend variant (tp8+moe_runner_backend.cutlass) is its layout's candidate, with its own figure
+        base, backends = split_variant(name)
+        cand = final.get(base) or {}
+        measured = dict(cand.get("measured") or {})
+        figures = measured.get("variants") or {}
+        figure = figures.get(name) if figures else measured.get("output_throughput")
+        if figures and name not in figures:
+            measured = {}
         status = {"ok": "measured", "failed": "failed"}.get(
             out.get("status"), "measured before" if measured else "not measured")
-        estimate = (final.get(name) or {}).get("estimate") or {}
+        estimate = cand.get("estimate") or {}
         rows.append({"layout": name, "predicted": (predicted.get(name) or {}).get("estimate"),
-                     "measured": measured.get("output_throughput"), "status": status,
-                     "gpus": _gpus(final.get(name)), "curve": estimate.get("curve"),
+                     "measured": figure, "status": status, "backends": backends or None,
+                     "gpus": _gpus(cand or None), "curve": estimate.get("curve"),
                      "slo_met": measured.get("slo_met"),
                      "run_id": out.get("run_id"), "stage": out.get("stage"), "message": out.get("message"),
                      "seconds": out.get("seconds"), "stage_started": out.get("stage_started"),
                      "finished": out.get("finished"), "server_ready_s": out.get("server_ready_s")})
     return {"workload": workload, "layouts": rows, "predicted_winner": (selection or {}).get("model_pick"),
-            "winner": ((plan or {}).get("layout") or {}).get("name"), "winner_source": (plan or {}).get("source"),
+            "winner": ((plan or {}).get("layout") or {}).get("variant")
+            or ((plan or {}).get("layout") or {}).get("name"),
+            "winner_source": (plan or {}).get("source"),
             "error": (selection or {}).get("error"), "scale": (selection or {}).get("scale"),
             "fit": (plan or {}).get("fit"),
             "simulated": any(((c.get("measured") or {}).get("simulated")) for c in final.values())}

@@ -298,6 +298,21 @@ def readme_table(rules):
             ", ".join(when.get("quantization") or ()) or "any",
             kc.version_range_text(rule["sglang"]),
             kc.action_text(rule), ", ".join(rule["checked"]), rule["source_name"], rule["source"], rule.get("note", "")))
+    lines += ["", "Backends a tune measures (`topolaunch_tune_backends`, `known_combinations.BACKEND_RULES`): the values "
+              "ranked close here, best first, those the installed release offers; never the unsupported ones.", "",
+              "| rule | backend | GPU (compute capability) | attention | quantization | SGLang | close | unsupported "
+              "| checked against | source | concurrency |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for rule in kc.BACKEND_RULES:
+        when = rule["when"]
+        lines.append("| `%s`: %s | `--%s` | %s | %s | %s | %s | %s | %s | %s | [%s](%s) | %s |" % (
+            rule["id"], rule["problem"], rule["kind"].replace("_", "-"),
+            ", ".join("SM %s.x" % m for m in when.get("compute_capability_major") or ()) or "any",
+            ", ".join(when.get("attention") or ()) or "any",
+            ", ".join(when.get("quantization") or ()) or "any",
+            kc.version_range_text(rule["sglang"]), ", ".join("`%s`" % v for v in rule["close"]),
+            ", ".join("`%s`" % v for v in rule["unsupported"]) or "-", ", ".join(rule["checked"]),
+            rule["source_name"], rule["source"], rule.get("concurrency") or "-"))
     lines += ["", END]
     return "\n".join(lines)
 

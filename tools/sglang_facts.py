@@ -24,6 +24,11 @@ What one version does when the server args leave it to SGLang, read with ``ast``
                     (model_loader_extra_config, JSON), the switch's key and its default (0.5.9 off, 0.5.23 on), the
                     thread-count key and DEFAULT_NUM_THREADS, and the keys the loader accepts
                     (model_loader/loader.py DefaultModelLoader._get_weights_iterator)
+    BACKENDS        the backend choices a tune may measure (tune_backends.py): per kind (moe_runner_backend,
+                    attention_backend, fp4_gemm_backend, fp8_gemm_backend: the flag's name in snake case) the
+                    flag, its ServerArgs field (0.5.23 calls --fp8-gemm-backend's fp8_gemm_runner_backend), its
+                    default and its choices, read from launch_server's argument definitions (tools/sglang_flags.py's
+                    extract_flags); a kind the release has no flag for is None
 
 Every fact is found by the shape of the code that computes it (an ``if gpu_mem < N * 1024`` chain, an
 ``reserved_mem += max(x, M) * K`` line, ...); a shape that is not found stops the tool naming the fact and the
@@ -635,6 +640,27 @@ def loader_facts(wheel):
             "default_on": on.value, "threads_key": "num_threads", "default_threads": count, "allowed_keys": allowed}
 
 
+# ------------------------------------------------------------------------------------------------ BACKENDS
+
+BACKEND_KINDS = ("moe_runner_backend", "attention_backend", "fp4_gemm_backend", "fp8_gemm_backend")
+
+
+def backend_facts(wheel):
+    """{kind: {flag, field, default, choices} or None}: the backend flags of launch_server with their choices."""
+    _, flags = FLAGS_TOOL.extract_flags(str(wheel.path))
+    out = {}
+    for kind in BACKEND_KINDS:
+        flag = "--" + kind.replace("_", "-")
+        entry = flags.get(flag)
+        if entry is not None and not entry.get("choices"):
+            raise FactError("%s: %s has no choices (for BACKENDS)" % (wheel.path.name, flag))
+        out[kind] = None if entry is None else {"flag": flag, "field": entry.get("field") or entry["dest"],
+                                                "default": entry.get("default"), "choices": list(entry["choices"])}
+    if not any(out.values()):
+        raise FactError("%s: none of %s (for BACKENDS)" % (wheel.path.name, ", ".join(BACKEND_KINDS)))
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ table
 
 
@@ -645,7 +671,7 @@ def extract_facts(path):
     return {"VERSION": wheel.version(), "WHEEL": wheel.path.name, "MEMORY": memory,
             "CUDA_GRAPH": cuda_graph_facts(wheel, memory_func), "RUNNING": running_facts(wheel),
             "PP": pp_facts(wheel), "SPARSE_ATTENTION_BACKENDS": sparse_attention_backends(wheel),
-            "LOADER": loader_facts(wheel)}
+            "LOADER": loader_facts(wheel), "BACKENDS": backend_facts(wheel)}
 
 
 def render(facts):
@@ -653,7 +679,8 @@ def render(facts):
            % (facts["VERSION"], facts["WHEEL"]), "",
            "Regenerate: tools/sglang_facts.py --all. tools/sglang_facts.py describes every key; each table names the",
            "source function it was read from.", '"""', ""]
-    for key in ("VERSION", "MEMORY", "CUDA_GRAPH", "RUNNING", "PP", "SPARSE_ATTENTION_BACKENDS", "LOADER"):
+    for key in ("VERSION", "MEMORY", "CUDA_GRAPH", "RUNNING", "PP", "SPARSE_ATTENTION_BACKENDS", "LOADER",
+                "BACKENDS"):
         out.append(PYLITERAL.literal(key, facts[key], sort_dicts=False))
         out.append("")
     return "\n".join(out)

@@ -15,10 +15,19 @@ Plain Python 3.9+ stdlib. RULES is the one table (data); the README's table is g
                 (known_combinations_facts.py), and the plan's reason quotes the release's own fact
 
 The plan states every rule it applied in its reason and lists them under `known_combinations`.
+
+BACKEND_RULES rank the backends a tune may measure as extra candidates (tune_backends.py, topolaunch_tune_backends):
+each is keyed like a rule (when, sglang) and names a backend kind (the flag's name in snake case, as
+sglang_facts_*.BACKENDS lists them per release) with
+
+    close       the values the source measured near each other here, best first: the tune measures those the
+                installed release offers (BACKENDS choices)
+    unsupported values that do not run here (the tune never measures them, even when listed)
+    concurrency what the source says about the concurrency the ranking depends on
 """
 from .known_combinations_facts import FACTS
 
-__all__ = ["RULES", "ATTENTION_KINDS", "attention_kind", "applies", "apply", "check_claims", "action_text",
+__all__ = ["RULES", "BACKEND_RULES", "ATTENTION_KINDS", "attention_kind", "applies", "apply", "check_claims", "action_text",
            "version_range_text"]
 
 KNOWLEDGE_BASE = "https://github.com/voipmonitor/rtx6kpro/blob/07e889858b0b03c467963611d5d26fbaf15301c0/models/glm5.md"
@@ -70,6 +79,58 @@ RULES = (
         "note": "0.5.9 has no flashinfer DSA backend; 0.5.23's (flashinfer_sparse_mla) takes only an FP8 KV cache",
     },
 )
+
+BACKEND_RULES = (
+    {
+        "id": "sm12-fp4-moe-runner",
+        "kind": "moe_runner_backend",
+        "problem": "NVFP4 MoE on SM120: the fastest MoE runner depends on the concurrency",
+        "source": KNOWLEDGE_BASE + "#moe-runner-backend-comparison",
+        "source_name": KB_NAME + " (MoE runner backend comparison; Benchmark Results)",
+        "checked": ("0.5.9", "0.5.23"),
+        "when": {"compute_capability_major": (12,), "quantization": ("modelopt_fp4",)},
+        "sglang": {"min": "0.5.9", "max": None},
+        "close": ("cutlass", "flashinfer_cutlass", "flashinfer_cutedsl"),
+        "unsupported": ("deep_gemm",),
+        "concurrency": "b12x (a patched build's, in neither release) leads at 1-2 users; cutlass and "
+                       "flashinfer_cutlass at 4+ (cutlass 962 tok/s at 32 with MTP); flashinfer_cutedsl runs "
+                       "cutlass's code path without expert parallelism; deep_gemm falls back (no SM120 kernels)",
+    },
+    {
+        "id": "sm12-fp4-gemm",
+        "kind": "fp4_gemm_backend",
+        "problem": "NVFP4 GEMM on SM120: flashinfer_cutlass races (NaN) without CUTLASS 4.4.1; flashinfer_cudnn "
+                   "is the workaround",
+        "source": KNOWLEDGE_BASE + "#flashinfer-cutlass-race-condition-fix",
+        "source_name": KB_NAME + " (FlashInfer CUTLASS Race Condition Fix)",
+        "checked": ("0.5.9", "0.5.23"),
+        "when": {"compute_capability_major": (12,), "quantization": ("modelopt_fp4",)},
+        "sglang": {"min": "0.5.9", "max": None},
+        "close": ("flashinfer_cutlass", "flashinfer_cudnn"),
+        "unsupported": (),
+        "concurrency": "the source's 4+ user launch uses --fp4-gemm-backend cutlass (flashinfer_cutlass in the "
+                       "releases' choices)",
+    },
+    {
+        "id": "sm12-dsa-attention-backend",
+        "kind": "attention_backend",
+        "problem": "the DSA attention backends (nsa/dsa, flashmla, trtllm_mla, cutlass_mla) do not run on SM120; "
+                   "flashinfer's MLA kernels do",
+        "source": KNOWLEDGE_BASE + "#launch-parameter-reference",
+        "source_name": KB_NAME + " (Launch parameter reference; Error 4)",
+        "checked": ("0.5.9", "0.5.23"),
+        "when": {"compute_capability_major": (12,), "attention": ("dsa",)},
+        "sglang": {"min": "0.5.9", "max": None},
+        "close": ("flashinfer",),
+        "unsupported": ("nsa", "dsa", "flashmla", "trtllm_mla", "cutlass_mla"),
+        "concurrency": "",
+    },
+)
+
+
+def backend_rules(kind, model, compute_capabilities, version, rules=BACKEND_RULES):
+    """The backend rules of this kind that apply to this model on these GPUs under this version."""
+    return [r for r in rules if r["kind"] == kind and applies(r, model, compute_capabilities, version)]
 
 
 def _version_key(version):

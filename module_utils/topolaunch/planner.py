@@ -67,8 +67,8 @@ import math
 import os
 import re
 
-from . import (constants, known_combinations, model_config, plan_nodes, plan_perf, plan_preflight, sglang_facts_0_5_9,
-               sglang_facts_0_5_23)
+from . import (constants, known_combinations, model_config, plan_nodes, plan_perf, plan_preflight, sglang_facts_0_5_23,
+               sglang_facts_0_5_9, tune_backends)
 from .constants import base_version
 from .plan_args import FlagIndex, PLANNER_FLAGS, check_server_args, metrics_argv, supported_versions, text_problem
 from .plan_score import (MAX_IN_FLIGHT, SATURATING, Links, Shape, check_workload, estimate, estimate_at_slo, gemm_peak,
@@ -818,11 +818,12 @@ def _measured_by_layout(measured, model_names, fingerprints, workload, reasons, 
     comparable workload; measurements of this model and box at other workloads are named in a warning.
     saturating: {layout name: its saturating concurrency} (concurrency max). With an SLO, the fastest measurement
     that met it (slo_met True), else the fastest (slo_met False, slo_misses: how it missed)."""
-    best, elsewhere = {}, set()
+    best, elsewhere, variants = {}, set(), {}
     slo = workload.get("slo")
     for k, rec in _records_of_machine(measured, "measured", model_names, fingerprints, reasons):
+        base, backends = tune_backends.split_variant(rec.get("layout"))
         try:
-            layout = parse_layout(rec.get("layout"))
+            layout = parse_layout(base)
         except PlanError as exc:
             reasons.append("measured[%d]: %s" % (k, exc))
             continue
@@ -836,12 +837,21 @@ def _measured_by_layout(measured, model_names, fingerprints, workload, reasons, 
             continue
         entry = {"output_throughput": float(tput), "max_concurrency": rec.get("max_concurrency"),
                  "simulated": bool(rec.get("simulated"))}
+        if backends:
+            entry["backends"] = backends
         if slo:
             misses = measured_slo_misses(slo, rec)
             entry.update(slo_met=not misses, slo_misses=misses)
+        # every backend variant of a layout measured (tune_backends.py): the layout's figure is its best one's
+        variant = tune_backends.variant_name(name, backends)
+        seen = variants.setdefault(name, {})
+        seen[variant] = max(seen.get(variant, 0.0), round(float(tput), 1))
         old = best.get(name)
         if old is None or (entry.get("slo_met", True), tput) > (old.get("slo_met", True), old["output_throughput"]):
             best[name] = entry
+    for name, entry in best.items():
+        if len(variants[name]) > 1 or entry.get("backends"):
+            entry["variants"] = dict(sorted(variants[name].items()))
     if elsewhere and not best:
         warnings.append("measured results of this model on this topology are at other workloads than %d/%d at "
                         "concurrency %s, so they do not rank the layouts: %s" % (
@@ -945,7 +955,7 @@ class PlanRequest:
               "served_model_name": None, "nnodes": 1, "node_rank": 0, "dist_init_addr": None, "measured": None,
               "gpus": None, "pp_layer_partition": None, "workload": None, "preflight": None,
               "nccl_topo_file": None, "fits": None, "allow_cross_node_tp": False, "node_servers": None,
-              "metrics": True, "api_key_set": False, "listen_without_api_key": False}
+              "metrics": True, "api_key_set": False, "listen_without_api_key": False, "backends": None}
 
     def __init__(self, **fields):
         unknown = sorted(set(fields) - set(self.FIELDS))
@@ -974,7 +984,18 @@ def exposure_problem(host, api_key_set, allowed):
 
 def plan(request):
     """The launch plan (docs/DESIGN.md "sglang_plan result") for a PlanRequest; PlanError with every reason when
-    there is none."""
+    there is none. A plan that measured results decide (auto) runs the measured winner with the backends it was
+    measured with (a tune's backend variant, tune_backends.py), unless the request names backends itself."""
+    result = _plan_once(request)
+    won = next(((c.get("measured") or {}).get("backends") for c in result["candidates"]
+                if c["name"] == result["layout"]["name"]), None)
+    if won and result["requested_layout"] == "auto" and result["source"] == "measured" and \
+            isinstance(request, PlanRequest) and request.backends in (None, {}):
+        result = _plan_once(PlanRequest(**dict(vars(request), backends=dict(won))))
+    return result
+
+
+def _plan_once(request):
     p = _prepare(request)
     ctx, candidates, reasons, wanted = p["ctx"], p["candidates"], p["reasons"], p["wanted"]
     fingerprint = _fingerprint(ctx.nodes)
@@ -1088,6 +1109,15 @@ def _prepare(request):
     # server args
     items, values = [], {}
     known = None
+    backends = {}
+    if index is not None and version_facts is not None and r.backends not in (None, {}):
+        # a tune candidate's backends, or the measured winner's (tune_backends.py): they join the operator's args
+        backends, backend_reasons, backend_warnings = tune_backends.merge(r.backends, version_facts, index,
+                                                                          server_args)
+        reasons.extend(backend_reasons)
+        warnings.extend(backend_warnings)
+        if backends and isinstance(server_args, (dict, type(None))):
+            server_args = dict(server_args or {}, **backends)
     if index is not None:
         fixed_args = plan_preflight.server_args_with_fixes(server_args, record, warnings) if record else server_args
         # known combinations of this GPU, model and release: their working values join the args nobody set
@@ -1175,6 +1205,7 @@ def _prepare(request):
 
     ctx = _Context(facts, nodes, values, nnodes_n, partition, workload)
     ctx.known = known
+    ctx.backends = backends
     ctx.sglang = version_facts or sglang_facts_0_5_9   # an unknown version is refused above
     _use_preflight(ctx, record, r.nccl_topo_file, reasons, warnings)
     ctx.fit = _machine_fit(r.fits, {facts["name"], served, os.path.basename(str(model_path).rstrip("/"))
@@ -1471,6 +1502,13 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
     }
     if ctx.fit:
         result["fit"] = public_fit(ctx.fit)
+    if ctx.backends:
+        # the backends this plan runs with besides the release's defaults: a tune's candidate, or the winner's
+        result["backends"] = dict(ctx.backends)
+        result["layout"]["variant"] = tune_backends.variant_name(chosen["name"], ctx.backends)
+        result["reason"] += " Backends: %s (%s)." % (", ".join("--%s %s" % (k.replace("_", "-"), v) for k, v in sorted(
+            ctx.backends.items())), "measured fastest with them" if chosen.get("source") == "measured" and (
+                chosen.get("measured") or {}).get("backends") == ctx.backends else "a tune's backend candidate")
     if nnodes > 1:
         result["per_node"] = per_node
         result["cluster_fingerprint"] = fingerprint

@@ -11,13 +11,16 @@ Layouts measured already are not measured again unless `remeasure`; a layout tha
 (and has no measurement since) cannot win and is left out, unless `remeasure`.
 """
 import math
+import os
 
-from . import plan_perf, planner, tune_start
+from . import model_config, plan_perf, planner, tune_start
+from . import tune_backends as backend_variants
+from .plan_args import FlagIndex
 from .plan_fit import of_this_machine, plan_with_fit
 from .planner import SGLANG_FACTS, PlanError
 
 # sglang_plan's options that only a tune reads (tune_plan's keywords).
-TUNE_OPTIONS = ("failures", "tune_max", "tune_remeasure", "tune_layouts")
+TUNE_OPTIONS = ("failures", "tune_max", "tune_remeasure", "tune_layouts", "tune_backends")
 # A failure at these stages: the layout did not start on this machine (a bench failure is not one).
 START_STAGES = ("validate", "cleanup", "launch", "health")
 
@@ -134,15 +137,44 @@ def report_lines(tune):
 def _bench_batch_sizes(result, measure):
     """The batch sizes the tune's benches run: each measured layout's point (the workload's concurrency, `max`'s
     or the SLO's: its estimate's), else the plan's."""
+    layouts = {backend_variants.split_variant(name)[0] for name in measure}
     sizes = {int(c["estimate"]["concurrency"]) for c in result["candidates"]
-             if c.get("name") in measure and isinstance((c.get("estimate") or {}).get("concurrency"), (int, float))}
+             if c.get("name") in layouts and isinstance((c.get("estimate") or {}).get("concurrency"), (int, float))}
     fallback = result.get("concurrency") or result["workload"]["concurrency"]
     return sorted(sizes) or [int(fallback) if isinstance(fallback, (int, float)) else 1]
 
 
-def tune_plan(request, failures=None, tune_max=3, tune_remeasure=False, tune_layouts=None):
+def _model_facts(request):
+    """The model facts (model_config.model_facts) of a plan request, as the planner reads them."""
+    if request.model:
+        return model_config.model_facts(request.model["config"], request.model["total_size"],
+                                        request.model.get("name"))
+    config, total = model_config.load_model_dir(request.model_path)
+    return model_config.model_facts(config, total, os.path.basename(str(request.model_path).rstrip("/")))
+
+
+def backend_candidates(request, result, selection, tune_backends_value, tune_max, remeasure=False, failed=()):
+    """Add the backend variants of topolaunch_tune_backends to the selection (tune_backends.py): PlanError with
+    one line naming the field for a kind or value the installed release lacks, or a kind the operator set."""
+    version = result["sglang_version"]
+    index = FlagIndex(version)
+    facts = SGLANG_FACTS[index.version]
+    wanted, reasons = backend_variants.check(tune_backends_value, facts, version, request.server_args, index)
+    if reasons:
+        raise PlanError(reasons)
+    selection["variants"], selection["backend_notes"] = {}, []
+    if not wanted:
+        return selection
+    variants, notes = backend_variants.candidates(wanted, facts, _model_facts(request),
+                                               planner._compute_capabilities(request), version)  # pylint: disable=protected-access
+    selection["backend_notes"] = notes
+    return backend_variants.add_variants(selection, variants, result["candidates"], tune_max, remeasure, failed)
+
+
+def tune_plan(request, failures=None, tune_max=3, tune_remeasure=False, tune_layouts=None, tune_backends=None):
     """Plan a tune: the plan as `auto` (with this machine's fit), requested_layout tune, and the selection with its
-    report lines. Returns (plan, fit to save or None, selection); PlanError for a bad tune_max or tune_layouts."""
+    report lines. Returns (plan, fit to save or None, selection); PlanError for a bad tune_max, tune_layouts or
+    tune_backends (topolaunch_tune_backends: backend_candidates)."""
     if isinstance(tune_max, bool) or not isinstance(tune_max, int) or tune_max < 1:
         raise PlanError(["tune_max (topolaunch_tune_max) must be a positive integer, got %r" % (tune_max,)])
     result, fit = plan_with_fit(request)
@@ -152,9 +184,11 @@ def tune_plan(request, failures=None, tune_max=3, tune_remeasure=False, tune_lay
     if selection["reasons"]:
         raise PlanError(selection["reasons"], {"candidates": result["candidates"],
                                                "topology_fingerprint": result["topology_fingerprint"]})
+    backend_candidates(request, result, selection, tune_backends, tune_max, tune_remeasure, failed)
     # what the starts cost (tune_start.py): the candidates start cheaper, for the bench's batch size only
     selection["start"] = tune_start.tune_cost(
         SGLANG_FACTS[result["sglang_version"]], result["memory"]["gpu_memory_bytes"], result["candidates"],
         selection["measure"], request.server_args or {}, _bench_batch_sizes(result, selection["measure"]))
-    selection["report"] = report_lines(selection) + tune_start.cost_lines(selection["start"])
+    selection["report"] = report_lines(selection) + ["tune: " + n for n in selection["backend_notes"]] + \
+        tune_start.cost_lines(selection["start"])
     return result, fit, selection

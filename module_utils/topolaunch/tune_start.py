@@ -27,7 +27,7 @@ single-threaded read is MULTITHREAD_SPEEDUP times slower: an assumption, not a m
 """
 import json
 
-from . import planner
+from . import planner, tune_backends
 
 KB_START_S = 450.0           # "Total startup ~7-8 minutes"
 KB_LOAD_S = 36.0             # "Model load (multithread, 16 threads) ~36 seconds"
@@ -89,7 +89,7 @@ def tune_cost(facts, gpu_bytes, candidates, measure, values, batch_sizes):
     by_name = {c["name"]: c for c in candidates}
     layouts = {}
     for name in measure:
-        c = by_name[name]
+        c = by_name[tune_backends.split_variant(name)[0]]   # a backend variant starts as its layout
         layouts[name] = {"candidate": start_parts(facts, gpu_bytes, c, c["weights_per_gpu_bytes"],
                                                   dict(values, **extra)),
                          "normal": start_parts(facts, gpu_bytes, c, c["weights_per_gpu_bytes"], values)}

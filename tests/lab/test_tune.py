@@ -235,3 +235,36 @@ def test_concurrency_max_plans_what_every_replica_admits(lab_host, tmp_path):
     admitted = min(est["kv_capacity_requests"] // plan["layout"]["dp"], 4096) * plan["layout"]["dp"]
     assert plan["concurrency"] == est["concurrency"] == min(admitted, 1024) > 1
     assert "max: what every replica admits" in plan["reason"]
+
+
+# Backends as candidates (topolaunch_tune_backends): the field spec (SM120) + GLM-5 NVFP4, where the known-combinations
+# table ranks the MoE runners cutlass, flashinfer_cutlass close; the lab's truth (SGLANG_SIM_BACKEND_SPEED) runs
+# cutlass at 1.5x and the release's default (auto) at 0.25x the performance model: the non-default one is faster.
+# The host runs the simulator wheel of build/repo: `make repo` after a change to lab/sglang_sim.
+BACKEND, BACKEND_VARIANT = "cutlass", TRUE_WINNER + "+moe_runner_backend.cutlass"
+BACKEND_SPEED = "moe_runner_backend:auto=0.25,moe_runner_backend:cutlass=1.5"
+
+
+def test_a_tune_over_moe_runner_backends_runs_the_faster_one(lab_host, tmp_path):
+    run = tune(tmp_path, tune_layouts=[TRUE_WINNER], topolaunch_tune_max=2,
+               topolaunch_tune_backends=["moe_runner_backend"],
+               lab_sim_backend_speed=BACKEND_SPEED)
+    assert run.returncode == 0, run.stdout[-8000:]
+    said = " ".join(run.stdout.split())
+    assert "measuring %s, %s" % (TRUE_WINNER, BACKEND_VARIANT) in said
+    plan = json.loads((tmp_path / "artifacts" / TUNE.host / "plan.json").read_text())
+    row = next(c for c in json.loads((tmp_path / "artifacts" / TUNE.host / "candidates.json").read_text())
+               if c["name"] == TRUE_WINNER)
+    variants = row["measured"].get("variants")
+    assert plan["source"] == "measured" and plan["layout"]["name"] == TRUE_WINNER
+    assert plan.get("backends") == {"moe_runner_backend": BACKEND}, (variants, plan["reason"])
+    assert plan["layout"]["variant"] == BACKEND_VARIANT
+    current = host_json("/var/lib/topolaunch/current_plan.json")
+    argv = current["argv"]
+    assert argv[argv.index("--moe-runner-backend") + 1] == BACKEND and healthy()
+    rc, cmdline = TUNE.ssh("tr '\\0' ' ' < /proc/%d/cmdline" % main_pid())
+    assert rc == 0 and "--moe-runner-backend %s" % BACKEND in cmdline, cmdline
+    assert variants[BACKEND_VARIANT] > 1.5 * variants[TRUE_WINNER], variants   # both measured, the knob's truth
+    [record] = list((tmp_path / "results").rglob("tune-*.json"))
+    assert BACKEND_VARIANT in record.read_text()                               # the tune's record names it
+    assert BACKEND_VARIANT in (tmp_path / "results" / "FINDINGS.md").read_text()

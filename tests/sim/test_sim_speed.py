@@ -10,7 +10,7 @@ from simlab import ROOT, SPECS
 
 
 from sglang._sim import hardware, modelcfg, perf, validate  # noqa: E402
-from sglang._sim.launcher import SimConfigError, parse_layout_speed  # noqa: E402
+from sglang._sim.launcher import SimConfigError, parse_backend_speed, parse_layout_speed  # noqa: E402
 
 LLAMA = "llama-2-7b"
 
@@ -86,3 +86,46 @@ def test_a_bad_knob_is_refused_at_start_in_one_line(lab):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
     assert "simulator: SGLANG_SIM_LAYOUT_SPEED: bad item 'tp8=0': the factor '0' is not a positive number" in lines[0]
+
+
+# SGLANG_SIM_BACKEND_SPEED: the lab's truth per backend value (issue 28: backends as tune candidates).
+
+
+def test_backend_knob_parses_against_the_releases_choices():
+    assert parse_backend_speed("moe_runner_backend:cutlass=1.5, attention_backend:flashinfer=0.8") == [
+        ("moe_runner_backend", "cutlass", 1.5), ("attention_backend", "flashinfer", 0.8)]
+    assert parse_backend_speed("") == [] and parse_backend_speed(None) == []
+
+
+@pytest.mark.parametrize("raw, item, why", [
+    ("moe_runner_backend=2", "moe_runner_backend=2", "expected FLAG:VALUE=FACTOR"),
+    ("moe_runner_backend:cutlass", "moe_runner_backend:cutlass", "expected FLAG:VALUE=FACTOR"),
+    ("moe_runner_backend:b12x=2", "moe_runner_backend:b12x=2", "b12x is not one of the choices of --moe-runner-backend"),
+    ("no_such_backend:x=2", "no_such_backend:x=2", "no_such_backend is no flag with choices"),
+    ("moe_runner_backend:cutlass=0", "moe_runner_backend:cutlass=0", "is not a positive number"),
+    ("moe_runner_backend:cutlass=2,moe_runner_backend:cutlass=3", "moe_runner_backend:cutlass=3", "named twice"),
+])
+def test_bad_backend_knob_values_name_the_item(raw, item, why):
+    with pytest.raises(SimConfigError) as err:
+        parse_backend_speed(raw)
+    assert str(err.value).startswith("SGLANG_SIM_BACKEND_SPEED: bad item %r: " % item)
+    assert why in str(err.value)
+
+
+def test_the_backend_knob_applies_to_a_server_with_that_backend(lab):
+    model = lab.model(LLAMA)
+    knob = "moe_runner_backend:cutlass=2.5,moe_runner_backend:triton=0.5"
+    fast = lab.launch("--model-path", model, "--moe-runner-backend", "cutlass", SGLANG_SIM_BACKEND_SPEED=knob)
+    plain = lab.launch("--model-path", model, CUDA_VISIBLE_DEVICES="1", SGLANG_SIM_BACKEND_SPEED=knob)
+    fast.wait_ready()
+    plain.wait_ready()
+    info = json.loads(fast.get("/server_info")[1])["simulation"]["performance_model"]
+    base = json.loads(plain.get("/server_info")[1])["simulation"]["performance_model"]
+    assert (info["layout_speed"], base["layout_speed"]) == (2.5, 1.0)
+    assert "SGLANG_SIM_BACKEND_SPEED: its backends run at 2.5 times" in fast.log()
+
+
+def test_a_backend_the_release_lacks_is_refused_as_sglang_does(lab):
+    res = lab.run("sglang.launch_server", "--model-path", lab.model(LLAMA), "--moe-runner-backend", "b12x")
+    assert res.returncode == 2
+    assert "error: argument --moe-runner-backend: invalid choice: 'b12x' (choose from " in res.stderr

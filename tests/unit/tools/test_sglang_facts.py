@@ -49,7 +49,7 @@ def test_committed_table_matches_the_wheel(version):
     assert tool.render(facts) == tool.table_path(version).read_text(encoding="utf-8"), \
         "run tools/sglang_facts.py --all"
     module = planner.SGLANG_FACTS[version]
-    for key in ("MEMORY", "CUDA_GRAPH", "RUNNING", "PP", "SPARSE_ATTENTION_BACKENDS"):
+    for key in ("MEMORY", "CUDA_GRAPH", "RUNNING", "PP", "SPARSE_ATTENTION_BACKENDS", "BACKENDS"):
         assert getattr(module, key) == facts[key], key
 
 

@@ -126,6 +126,45 @@ def parse_layout_speed(raw):
     return speeds
 
 
+def parse_backend_speed(raw):
+    """[(flag, value, factor)] from SGLANG_SIM_BACKEND_SPEED ("moe_runner_backend:cutlass=1.5"): a factor on the
+    simulated throughput of a server whose backend flag (launch_server's flag in snake case) has that value; the
+    value must be one of the release's own choices of the flag. SimConfigError naming the item."""
+    found, table = [], flags.table()
+    for item in filter(None, (part.strip() for part in (raw or "").split(","))):
+        def bad(why):
+            return SimConfigError("SGLANG_SIM_BACKEND_SPEED: bad item %r: %s" % (item, why))
+        key, sep, value = (part.strip() for part in item.partition("="))
+        name, colon, backend = (part.strip() for part in key.partition(":"))
+        if not sep or not colon or not name or not backend:
+            raise bad("expected FLAG:VALUE=FACTOR, as moe_runner_backend:cutlass=1.5")
+        entry = table.get("--" + name.replace("_", "-"))
+        if entry is None or not entry.get("choices"):
+            raise bad("%s is no flag with choices of SGLang %s" % (name, release.version()))
+        if backend not in entry["choices"]:
+            raise bad("%s is not one of the choices of --%s (%s)" % (backend, name.replace("_", "-"),
+                                                                    ", ".join(map(str, entry["choices"]))))
+        try:
+            factor = float(value)
+        except ValueError:
+            factor = float("nan")
+        if not math.isfinite(factor) or factor <= 0:
+            raise bad("the factor %r is not a positive number" % value)
+        if any(f == entry["dest"] and v == backend for f, v, _ in found):
+            raise bad("%s:%s is named twice" % (name, backend))
+        found.append((entry["dest"], backend, factor))
+    return found
+
+
+def backend_factor(args, speeds):
+    """The product of the SGLANG_SIM_BACKEND_SPEED factors whose flag has that value in these server args."""
+    factor = 1.0
+    for dest, backend, value in speeds:
+        if getattr(args, dest, None) == backend:
+            factor *= value
+    return factor
+
+
 def node_ranks(args):
     """[(pp_rank, tp_rank, gpu ordinal)] of the schedulers this node starts (dp_size 1).
 
@@ -211,6 +250,7 @@ class Launcher:
         self.time_scale = env_float("SGLANG_SIM_TIME_SCALE", 0.1)
         self.drain_poll = env_float("SGLANG_SIM_DRAIN_POLL_SECONDS", 5.0, minimum=0.01)
         self.layout_speed = parse_layout_speed(os.environ.get("SGLANG_SIM_LAYOUT_SPEED"))
+        self.backend_speed = parse_backend_speed(os.environ.get("SGLANG_SIM_BACKEND_SPEED"))
         self.network = perf.Network(env_float("SGLANG_SIM_NET_GBPS", perf.NET_GBPS, positive=True),
                                     env_float("SGLANG_SIM_NET_LATENCY_US", perf.NET_LATENCY_US))
         logger.info(logutil.simulated_banner())
@@ -468,6 +508,11 @@ class Launcher:
         if speed != 1.0:
             logger.info("simulator: SGLANG_SIM_LAYOUT_SPEED: layout %s runs at %g times the performance model's "
                         "throughput", name, speed)
+        backend = backend_factor(args, self.backend_speed)
+        if backend != 1.0:
+            logger.info("simulator: SGLANG_SIM_BACKEND_SPEED: its backends run at %g times the performance model's "
+                        "throughput", backend)
+            speed *= backend
         model_perf = perf.PerfModel(self.model, specs, layout, speed=speed, network=self.network)
         replicas = layout.dp
         engine = Engine(model_perf, self.time_scale, infos[0]["max_running_requests"] * replicas,

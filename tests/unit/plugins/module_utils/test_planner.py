@@ -288,7 +288,7 @@ def test_flashinfer_all_to_all_with_pp_is_warned(vnuma):
 def test_plan_takes_one_request_object(vnuma):
     with pytest.raises(planner.PlanError) as exc:
         planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layot="tp8")
-    assert exc.value.reasons == ["unknown plan request field(s) layot (known: allow_cross_node_tp, api_key_set, "
+    assert exc.value.reasons == ["unknown plan request field(s) layot (known: allow_cross_node_tp, api_key_set, backends, "
                                  "dist_init_addr, fits, gpus, host, layout, listen_without_api_key, measured, "
                                  "metrics, model, model_path, nccl_topo_file, nnodes, node_rank, node_servers, "
                                  "node_topologies, port, pp_layer_partition, preflight, served_model_name, "

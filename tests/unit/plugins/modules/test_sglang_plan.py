@@ -124,6 +124,20 @@ def test_module_plans_a_tune(vnuma, run_module):
     assert code == 1 and "tune_max (topolaunch_tune_max) must be a positive integer, got 0" in out["msg"]
 
 
+def test_module_plans_a_tune_with_backends_and_refuses_one_the_release_lacks(vnuma, run_module):
+    base = {"topology": vnuma, "model_path": model_path("glm-5-nvfp4"), "layout": "tune", "tune_max": 2,
+            "tune_layouts": ["tp8ep8"], "workload": {"input_len": 64, "output_len": 16, "concurrency": 4}}
+    code, out, _ = run_module(sglang_plan, dict(base, tune_backends={"moe_runner_backend": ["cutlass"]}))
+    assert code == 0 and out["tune"]["measure"] == ["tp8ep8", "tp8ep8+moe_runner_backend.cutlass"]
+    code, out, _ = run_module(sglang_plan, dict(base, tune_backends={"moe_runner_backend": ["b12x"]}))
+    assert code == 1 and "\n" not in out["msg"]
+    assert out["msg"].startswith("sglang_plan: 1 problem(s): topolaunch_tune_backends.moe_runner_backend: b12x is "
+                                 "not a --moe-runner-backend of SGLang")
+    code, out, _ = run_module(sglang_plan, {"topology": vnuma, "model_path": model_path("glm-5-nvfp4"),
+                                            "layout": "tp8ep8", "backends": {"moe_runner_backend": "cutlass"}})
+    assert code == 0 and out["plan"]["backends"] == {"moe_runner_backend": "cutlass"}
+
+
 def test_module_plans_for_the_release_the_host_records_as_installed(vnuma, run_module, tmp_path):
     """--tags relaunch without provision: the host's record (read in the plan's own call) decides the version and
     the venv; no record or an unreadable one leaves sglang_version (validate refuses the unreadable one)."""

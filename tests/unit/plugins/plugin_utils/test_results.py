@@ -452,6 +452,23 @@ def test_a_tune_record_has_the_prediction_and_the_measurement_per_layout():
     assert data["fit"]["error_after"] == 0.1 and data["simulated"] is True and data["error"] == 0.183
 
 
+def test_a_tune_record_gives_each_backend_variant_its_own_figure():
+    """A backend variant (tune_backends.py) is its layout's candidate with its own measured figure; the winner is
+    named with its backend."""
+    variant = "tp8+moe_runner_backend.cutlass"
+    selection = {"rows": [{"name": "tp8", "estimate": 212.0}, {"name": variant, "estimate": 212.0}],
+                 "chosen": ["tp8", variant], "model_pick": "tp8", "error": 0.183, "scale": 1.0}
+    candidates = [{"name": "tp8", "valid": True, "tp": 8, "pp": 1, "dp": 1,
+                   "measured": {"output_throughput": 1800.0, "backends": {"moe_runner_backend": "cutlass"},
+                                "variants": {"tp8": 900.0, variant: 1800.0}}}]
+    outcomes = [{"layout": "tp8", "status": "ok"}, {"layout": variant, "status": "ok"}]
+    plan = {"layout": {"name": "tp8", "variant": variant}, "source": "measured"}
+    data = results.tune_record(selection, outcomes, candidates, plan, {})
+    assert [(r["layout"], r["measured"], r["status"], r["backends"], r["gpus"]) for r in data["layouts"]] == [
+        ("tp8", 900.0, "measured", None, 8), (variant, 1800.0, "measured", {"moe_runner_backend": "cutlass"}, 8)]
+    assert data["winner"] == variant
+
+
 def test_tunes_are_kept_never_overwritten_and_read_back(tmp_path):
     first = results.record_tune(str(tmp_path), "glm-5-nvfp4", "a1b2c3d4e5f6", "2026-11-30T10:00:00Z", tune_data())
     second = results.record_tune(str(tmp_path), "glm-5-nvfp4", "a1b2c3d4e5f6", "2026-11-30T10:00:00Z", tune_data())
