@@ -15,7 +15,7 @@ description:
     (stopped) has nothing in flight.
   - O(state=present) waits until the gateway has dropped a C(draining) entry of the same URL (smg refuses to add it
     meanwhile, 409), adds the worker back (C(POST /workers)) and waits until the gateway routes to it (listed
-    C(ready): its health check passed), at most O(drain_timeout) seconds.
+    C(ready), its health check passed), at most O(drain_timeout) seconds.
   - Idempotent; check mode only reads the gateway's worker list and says whether it would change.
 options:
   gateway_url:

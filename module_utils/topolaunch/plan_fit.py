@@ -34,7 +34,7 @@ FIT = {
     "request_us": (0.5, 200.0, 12.0, 1.5),
     # bounded by the H200 records (tests/fixtures/real-gpu: dense and grouped bf16 GEMMs with the kernel floors):
     # their median error is within 0.005 of its best (110) for half-efficiency widths 80-135, so the fit may only
-    # choose inside that measured range (test_real_gpu_kernels.py recomputes it)
+    # choose inside that measured range (test_plan_score_kernels.py recomputes it)
     "shard_width": (80.0, 135.0, 110.0, 1.5),
     "ep_skew": (0.01, 1.0, 0.15, 1.5),
 }

@@ -95,7 +95,7 @@ HOST_PATH_LATENCY_US_PER_STEP = 13.6
 ACTIVATION_BYTES = 2
 
 # Kernel floors and tiles measured on a real H200 under CUDA graphs (tests/fixtures/real-gpu/: the records and the
-# programs that took them; tests/unit/plugins/module_utils/test_real_gpu_kernels.py replays them through the model):
+# programs that took them; tests/unit/plugins/module_utils/test_plan_score_kernels.py replays them through the model):
 # - a GEMM kernel costs at least ~4.5 us (no decode GEMM group of two kernels ran in under ~9 us, gemm_h200.json);
 # - a fused-MoE grouped GEMM kernel (torch._grouped_mm / _scaled_grouped_mm over the routed experts) at least ~10 us
 #   (12-13 us per kernel with under one expert's weights to read, moe_h200.json);

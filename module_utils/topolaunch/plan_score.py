@@ -21,7 +21,7 @@ Decode. One forward pass of a stage over a micro-batch of m tokens costs, per la
     tile occupancy = output tiles of 64 rows x 128 columns / SMs (capped at 1), which is where thin shards (large
     tp) and few tokens per expert lose compute efficiency. Every kernel also pays its floor under a CUDA graph
     (plan_perf.GEMM_KERNEL_US, GROUPED_GEMM_KERNEL_US, ATTENTION_KERNEL_US: measured on an H200,
-    tests/fixtures/real-gpu/, replayed by test_real_gpu_kernels.py).
+    tests/fixtures/real-gpu/, replayed by test_plan_score_kernels.py).
   - attention: KV bytes read (m tokens x the average context of input + output/2, per-GPU cache cell: MLA
     latent replicated on every TP rank, GQA heads split by tp; DSA reads only index_topk latent entries plus
     every index key) and its FLOPs, as the same roofline at bf16.
