@@ -33,6 +33,15 @@ the gain shrinks as the batch becomes compute-bound); a measured value replaces 
 DEFAULT_ACCEPT_LENGTH = 3.2
 MODES = ("auto", "on", "off")
 ALGORITHM = "NEXTN"
+# A launch with NEXTN is named (plan layout.name, results, a tune's candidates) as its layout + SUFFIX: tp8ep8+nextn.
+SUFFIX = "+nextn"
+
+
+def split_name(name):
+    """(layout, SUFFIX or "") of a layout name as results and tunes write it."""
+    if isinstance(name, str) and name.endswith(SUFFIX):
+        return name[:-len(SUFFIX)], SUFFIX
+    return name, ""
 
 
 class SpecError(ValueError):

@@ -544,6 +544,8 @@ def evaluate(ctx, c):
     figure = lambda x: (x.get("estimate") or {}).get("tokens_per_s") or 0.0   # noqa: E731
     keep_on = off is None or (on["valid"] and (not off["valid"] or figure(on) > figure(off)))
     out = on if keep_on else off
+    if off is not None and on["valid"]:
+        out["_variants"] = {True: on, False: off}   # the tune measures both; a measurement then picks (plan)
     why = None if on["valid"] else "; ".join(on["reasons"])
     out["speculative"] = {
         "on": keep_on and on["valid"], "algorithm": plan_speculative.ALGORITHM,
@@ -854,16 +856,18 @@ def _measured_by_layout(measured, model_names, fingerprints, workload, reasons, 
     best, elsewhere = {}, set()
     slo = workload.get("slo")
     for k, rec in _records_of_machine(measured, "measured", model_names, fingerprints, reasons):
+        base, variant = plan_speculative.split_name(rec.get("layout"))
         try:
-            layout = parse_layout(rec.get("layout"))
+            layout = parse_layout(base)
         except PlanError as exc:
             reasons.append("measured[%d]: %s" % (k, exc))
             continue
         tput = rec.get("output_throughput")
         if isinstance(tput, bool) or not isinstance(tput, (int, float)) or layout == "auto":
             continue
-        name = layout_name(layout["tp"], layout["pp"], layout["dp"], layout["ep"])
-        if not comparable_workload(rec, workload, (saturating or {}).get(name)):
+        plain = layout_name(layout["tp"], layout["pp"], layout["dp"], layout["ep"])
+        name = plain + variant
+        if not comparable_workload(rec, workload, (saturating or {}).get(plain)):
             elsewhere.add("%s at %s/%s concurrency %s" % (name, rec.get("input_len"), rec.get("output_len"),
                                                           rec.get("max_concurrency")))
             continue
@@ -890,6 +894,34 @@ def slo_missed(c):
         return ("measured: " + ", ".join(misses)) if misses else None
     verdict = (c.get("estimate") or {}).get("slo") or {}
     return verdict["reason"] if verdict.get("met") is False else None
+
+
+def _speculative_measured(candidates, measured):
+    """Where a layout was measured with speculative decoding (its records' layout: name + plan_speculative.SUFFIX)
+    and/or without it, the faster measured variant is the one planned (a layout evaluated both ways), or the
+    measurement of the variant it runs counts (speculative decoding on). `measured` is keyed by plain name after."""
+    out = []
+    for c in candidates:
+        name, spec = c["name"], c.get("speculative") or {}
+        on_m, off_m = measured.pop(name + plan_speculative.SUFFIX, None), measured.get(name)
+        if c.get("_variants"):
+            figure = lambda m: m["output_throughput"] if m else None   # noqa: E731
+            if on_m or off_m:
+                keep_on = bool(on_m) and (not off_m or on_m["output_throughput"] > off_m["output_throughput"])
+                variant = dict(c["_variants"][keep_on])
+                variant["speculative"] = dict(spec, on=keep_on, measured_on=figure(on_m), measured_off=figure(off_m),
+                                              reason="measured %s: with it %s tok/s, without %s" % (
+                                                  "faster with it" if keep_on else "faster without it",
+                                                  figure(on_m), figure(off_m)))
+                measured[name] = on_m if keep_on else off_m
+                c = variant
+        elif spec.get("on"):
+            if on_m:
+                measured[name] = on_m
+            else:
+                measured.pop(name, None)   # a measurement without speculative decoding is not of this launch
+        out.append(c)
+    return out
 
 
 def rank(candidates, measured):
@@ -1022,6 +1054,7 @@ def plan(request):
     saturating = {c["name"]: c["estimate"]["concurrency"] for c in candidates if c.get("estimate")}
     measured_best = _measured_by_layout(request.measured, model_names, {fingerprint}, ctx.workload, reasons,
                                         p["warnings"], saturating)
+    candidates = _speculative_measured(candidates, measured_best)
     candidates = rank(candidates, measured_best)
     # the interactivity curve of the layouts a tune or a report looks at: the top ones and the measured ones
     top = [c for c in candidates if c["valid"] and c.get("estimate")]
@@ -1509,7 +1542,8 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
         stages.append(entry)
         first += count
     result = {
-        "layout": {"tp": tp, "pp": pp, "dp": dp, "ep": ep, "nnodes": nnodes, "name": chosen["name"]},
+        "layout": {"tp": tp, "pp": pp, "dp": dp, "ep": ep, "nnodes": nnodes,
+                   "name": chosen["name"] + (plan_speculative.SUFFIX if speculative.get("on") else "")},
         "gpu_indices": mine["gpu_indices"],
         "cuda_visible_devices": mine["cuda_visible_devices"],
         "env": mine["env"],

@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from ansible_collections.topolaunch.sglang.plugins.module_utils import (model_config, plan_speculative, planner,
-                                                                         sglang_facts_0_5_9, sglang_facts_0_5_23)
+                                                                         sglang_facts_0_5_9, sglang_facts_0_5_23, tune)
 from plan_cases import MODELS, synth_facts
 
 VNUMA = "proxmox-8x-rtx-pro-6000-vnuma"   # the field box
@@ -177,3 +177,38 @@ def test_gain_follows_the_accept_length_and_auto_leaves_it_off_where_it_loses(fi
     plan = _plan(field, mtp_model, "0.5.23", concurrency=256, speculative="auto")
     assert not plan["speculative"]["on"] and "--speculative-algorithm" not in plan["argv"]
     assert "left off" in plan["speculative"]["reason"]
+
+
+# ------------------------------------------------------------------------------------- the tune
+
+
+def _record(layout, tput, concurrency=128):
+    return {"model": "glm-5-mtp", "topology_fingerprint": None, "layout": layout, "max_concurrency": concurrency,
+            "output_throughput": tput, "input_len": 1024, "output_len": 1024, "source": "measured"}
+
+
+def test_a_tune_measures_both_where_the_model_says_they_are_close(field, mtp_model):
+    request = planner.PlanRequest(topology=field, model_path=mtp_model, sglang_version="0.5.23", speculative="auto",
+                                  workload={"input_len": 1024, "output_len": 1024, "concurrency": 128})
+    _plan, _fit, selection = tune.tune_plan(request, tune_max=6)
+    names = selection["measure"]
+    pairs = [n for n in names if n + plan_speculative.SUFFIX in names]
+    assert pairs, names                                     # a layout with and without NEXTN
+    assert selection["start"]["layouts"]                    # the start cost of the plain layouts
+    # far apart (one user: NEXTN ~x1.9): only the faster is offered
+    request.workload = {"input_len": 1024, "output_len": 1024, "concurrency": 1}
+    names = tune.tune_plan(request, tune_max=6)[2]["measure"]
+    assert not [n for n in names if n + plan_speculative.SUFFIX in names] and any(
+        n.endswith(plan_speculative.SUFFIX) for n in names)
+
+
+@pytest.mark.parametrize("on, off, expect_on", [(150.0, 100.0, True), (90.0, 100.0, False)])
+def test_the_faster_measured_variant_is_kept(field, mtp_model, on, off, expect_on):
+    fingerprint = field["fingerprint"]
+    measured = [dict(_record("tp8" + plan_speculative.SUFFIX, on), topology_fingerprint=fingerprint),
+                dict(_record("tp8", off), topology_fingerprint=fingerprint)]
+    plan = _plan(field, mtp_model, "0.5.23", layout="tp8", concurrency=128, speculative="auto", measured=measured)
+    assert plan["source"] == "measured" and plan["speculative"]["on"] is expect_on
+    assert plan["layout"]["name"] == "tp8" + (plan_speculative.SUFFIX if expect_on else "")
+    assert ("--speculative-algorithm" in plan["argv"]) is expect_on
+    assert "measured faster with%s it" % ("" if expect_on else "out") in plan["speculative"]["reason"]
