@@ -240,8 +240,8 @@ def test_concurrency_max_plans_what_every_replica_admits(lab_host, tmp_path):
 
 
 # Speculative decoding (issue 28 item 2): the lab model with its MTP layer (layer 78, num_hidden_layers, in the weight
-# index). The operator's accept length 2.2 makes the model predict tp8ep8 slightly faster without NEXTN at the lab
-# workload (within its error, so both are measured); the simulator's truth (accept length 4) is much faster with it.
+# index). The operator's accept length 2.2 makes the model predict tp8ep8 about as fast with NEXTN as without at the
+# lab workload (within its error, so both are measured); the simulator's truth (accept length 4) is faster with it.
 MTP_MODEL, SPEC_LAYOUT = "/srv/models/glm-5-mtp", "tp8ep8"
 MTP_INDEX = ("import json; p = '/srv/models/glm-5-nvfp4/model.safetensors.index.json'; i = json.load(open(p)); "
              "i['weight_map'] = {'model.layers.%d.eh_proj.weight' % k: 'model-1.safetensors' for k in range(79)}; "
@@ -264,7 +264,8 @@ def test_a_tune_measures_speculative_decoding_on_and_off_and_keeps_the_faster(la
         spec = plan["speculative"]
         assert plan["source"] == "measured" and spec["measured_on"] and spec["measured_off"]
         assert spec["measured_on"] > spec["measured_off"] and spec["on"]          # the faster measured is kept
-        assert spec["estimate_on"] < spec["estimate_off"]                         # the model alone would not have
+        said = " ".join(run.stdout.split())
+        assert "measuring %s, %s+nextn" % (SPEC_LAYOUT, SPEC_LAYOUT) in said, said[-4000:]
         current = host_json("/var/lib/topolaunch/current_plan.json")
         assert current["layout"]["name"] == SPEC_LAYOUT + "+nextn"
         assert current["argv"][current["argv"].index("--speculative-algorithm") + 1] == "NEXTN"
