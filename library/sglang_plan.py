@@ -99,6 +99,20 @@ options:
         (topolaunch_listen_without_api_key); the plan then says so in a warning.
     type: bool
     default: false
+  speculative:
+    description:
+      - Speculative decoding (topolaunch_speculative) - C(off) never; C(on) NEXTN (MTP) where the checkpoint carries
+        its draft layer, a layout the release refuses it for is refused; C(auto) per layout, when its estimate with
+        NEXTN is higher at the workload's concurrency. A checkpoint without MTP weights never gets NEXTN.
+    type: str
+    choices: [auto, "on", "off"]
+    default: "off"
+  speculative_accept_length:
+    description:
+      - Tokens a request gains per verify step (> 1), for the estimate with speculative decoding
+        (topolaunch_speculative_accept_length); unset - the default from the field's published figures
+        (plan_speculative.DEFAULT_ACCEPT_LENGTH). A measured value replaces it.
+    type: float
   nnodes:
     description: Number of nodes.
     type: int
@@ -369,6 +383,8 @@ ARGUMENT_SPEC = {
     "metrics": {"type": "bool", "default": True},
     "api_key_set": {"type": "bool", "default": False},
     "listen_without_api_key": {"type": "bool", "default": False},
+    "speculative": {"type": "str", "choices": ["auto", "on", "off"], "default": "off"},
+    "speculative_accept_length": {"type": "float"},
     "nnodes": {"type": "int", "default": 1},
     "node_rank": {"type": "int", "default": 0},
     "dist_init_addr": {"type": "str"},

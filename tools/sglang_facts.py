@@ -20,6 +20,15 @@ What one version does when the server args leave it to SGLang, read with ``ast``
                     ordinary serving (0.5.9 server_args.check_server_args; 0.5.23 arg_groups/overrides.py and
                     arg_groups/validation_hook.py check_pipeline_parallel_compat)
     SPARSE_ATTENTION_BACKENDS   the DSA (NSA) backend fields (0.5.9 nsa_*, 0.5.23 dsa_*)
+    SPECULATIVE     how the release runs EAGLE-family speculative decoding (NEXTN = MTP): the algorithm NEXTN is an
+                    alias of, the architectures whose checkpoint carries its own draft (MTP) layers (the draft
+                    model path defaults to the model), the max_running_requests it sets when unset, the default
+                    (num_steps, eagle_topk, num_draft_tokens), the environment switch of the overlapped "spec v2"
+                    worker where the release has one (0.5.9 SGLANG_ENABLE_SPEC_V2; 0.5.23 always runs v2) and the
+                    algorithms PP allows with the switch that allows them (0.5.9 none: check_server_args; 0.5.23
+                    single-layer EAGLE with SGLANG_ENABLE_PP_SPEC, else only on a disaggregated prefill node:
+                    check_pipeline_parallel_compat) (0.5.9 server_args._handle_speculative_decoding; 0.5.23
+                    arg_groups/speculative_hook.py _handle_eagle_family)
     LOADER          the default loader's multi-threaded weight read: the server arg its switch is given in
                     (model_loader_extra_config, JSON), the switch's key and its default (0.5.9 off, 0.5.23 on), the
                     thread-count key and DEFAULT_NUM_THREADS, and the keys the loader accepts
@@ -571,6 +580,78 @@ def pp_facts(wheel):
     return {"source": "%s:%s" % (file, func.name), "sets": sets, "refuses": refuses}
 
 
+SPEC_FUNCS = [("sglang/srt/arg_groups/speculative_hook.py", "_handle_eagle_family"),
+              ("sglang/srt/server_args.py", "_handle_speculative_decoding")]
+SPEC_ALIAS_FUNCS = [("sglang/srt/arg_groups/speculative_hook.py", "_resolve_speculative_algorithm_alias"),
+                    ("sglang/srt/server_args.py", "_handle_speculative_decoding")]
+SPEC_PARAMS_FUNCS = [("sglang/srt/arg_groups/speculative_hook.py", "_auto_choose_speculative_params"),
+                     ("sglang/srt/server_args.py", "auto_choose_speculative_params")]
+
+
+def _str_list(node):
+    if isinstance(node, (ast.List, ast.Tuple)) and node.elts and all(
+            isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
+        return [e.value for e in node.elts]
+    return None
+
+
+def speculative_facts(wheel):
+    """EAGLE-family speculative decoding: `if speculative_algorithm == "NEXTN"` ... EAGLE (the alias), the first
+    `if model_arch in [...]` whose body defaults speculative_draft_model_path (the architectures that carry their
+    own MTP layers), max_running_requests = C where unset, the environment switch the handler reads (envs.X.get()
+    that turns the overlap schedule on: spec v2), the last `return (s, k, n)` of the parameter chooser, and which
+    algorithms PP allows (check_pipeline_parallel_compat's `algorithm.upper() == "X"` assert; none where PP's check
+    refuses speculative_algorithm outright)."""
+    file, func = wheel.function(SPEC_FUNCS, "SPECULATIVE")
+    archs = None
+    for node in ast.walk(func):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and isinstance(node.test.ops[0], ast.In) \
+                and _name(node.test.left) == "model_arch" and "speculative_draft_model_path" in _names_in(node):
+            archs = _str_list(node.test.comparators[0])
+            break
+    running = _assigned([func], ("max_running_requests",)).get("max_running_requests")
+    env = None
+    for node in ast.walk(func):
+        if isinstance(node, ast.If) and "envs" in _names_in(node.test) and "disable_overlap_schedule" in _names_in(node):
+            env = next((a.attr for a in ast.walk(node.test) if isinstance(a, ast.Attribute)
+                        and a.attr.startswith("SGLANG_")), None)
+    alias_file, alias_func = wheel.function(SPEC_ALIAS_FUNCS, "SPECULATIVE alias")
+    alias = None
+    for node in ast.walk(alias_func):
+        if isinstance(node, ast.If) and "NEXTN" in {c.value for c in ast.walk(node.test) if isinstance(c, ast.Constant)}:
+            for sub in ast.walk(node):
+                value = sub.value if isinstance(sub, (ast.Return, ast.Assign)) else None
+                if isinstance(value, ast.Constant) and value.value == "EAGLE":
+                    alias = "EAGLE"
+            break
+    params_file, params_func = wheel.function(SPEC_PARAMS_FUNCS, "SPECULATIVE params")
+    returns = [n.value for n in ast.walk(params_func) if isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple)]
+    default = [_const(e) for e in returns[-1].elts] if returns else None
+    # PP: refused in ordinary serving by default (PP refuses speculative_algorithm); 0.5.23 lets single-layer EAGLE
+    # run under PP behind an environment switch (`if envs.X.get():` inside the `.upper() == "EAGLE"` branch)
+    pp_file, pp_func = wheel.function(PP_CHECK_FUNCS, "SPECULATIVE pp")
+    pp_algorithms, pp_env = [], None
+    for node in ast.walk(pp_func):
+        if isinstance(node, ast.If) and any(
+                isinstance(c, ast.Compare) and isinstance(c.ops[0], ast.Eq) and isinstance(c.left, ast.Call)
+                and _name(c.left.func) == "upper" for c in ast.walk(node)):
+            for c in ast.walk(node):
+                if isinstance(c, ast.Compare) and isinstance(c.ops[0], ast.Eq) and isinstance(c.left, ast.Call) \
+                        and _name(c.left.func) == "upper" and _name(c.left.func.value) == "speculative_algorithm":
+                    pp_algorithms.append(c.comparators[0].value)
+            pp_env = next((a.attr for sub in ast.walk(node) if isinstance(sub, ast.If) and "envs" in _names_in(sub.test)
+                           for a in ast.walk(sub.test) if isinstance(a, ast.Attribute) and a.attr.startswith("SGLANG_")),
+                          None)
+    if pp_env is None:
+        pp_algorithms = []
+    if not archs or running is None or alias is None or not default or None in default:
+        raise FactError("%s: %s: SPECULATIVE facts not found (architectures %s, max_running_requests %s, alias %s, "
+                        "params %s)" % (wheel.path.name, file, archs, running, alias, default))
+    return {"source": "%s:%s" % (file, func.name), "nextn_alias": alias, "self_draft_architectures": archs,
+            "max_running_requests": running, "spec_v2_env": env, "default_params": default,
+            "pp_algorithms": sorted(set(pp_algorithms)), "pp_env": pp_env}
+
+
 def sparse_attention_backends(wheel):
     """The DSA backend fields: ServerArgs fields named <nsa|dsa>_<prefill|decode>_backend."""
     found = set()
@@ -671,7 +752,8 @@ def extract_facts(path):
     return {"VERSION": wheel.version(), "WHEEL": wheel.path.name, "MEMORY": memory,
             "CUDA_GRAPH": cuda_graph_facts(wheel, memory_func), "RUNNING": running_facts(wheel),
             "PP": pp_facts(wheel), "SPARSE_ATTENTION_BACKENDS": sparse_attention_backends(wheel),
-            "LOADER": loader_facts(wheel), "BACKENDS": backend_facts(wheel)}
+            "LOADER": loader_facts(wheel), "BACKENDS": backend_facts(wheel),
+            "SPECULATIVE": speculative_facts(wheel)}
 
 
 def render(facts):
@@ -680,7 +762,7 @@ def render(facts):
            "Regenerate: tools/sglang_facts.py --all. tools/sglang_facts.py describes every key; each table names the",
            "source function it was read from.", '"""', ""]
     for key in ("VERSION", "MEMORY", "CUDA_GRAPH", "RUNNING", "PP", "SPARSE_ATTENTION_BACKENDS", "LOADER",
-                "BACKENDS"):
+                "BACKENDS", "SPECULATIVE"):
         out.append(PYLITERAL.literal(key, facts[key], sort_dicts=False))
         out.append("")
     return "\n".join(out)

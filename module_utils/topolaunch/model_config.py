@@ -13,6 +13,8 @@ total_size)` normalises the many spellings of the same fact across architectures
 | quantization | quantization_config.quant_method (+ quant_algo for modelopt), weight_block_size |
 
 Multimodal configs keep the language model under `text_config`; its keys are used when present.
+The MTP (nextn) draft layers: config.json num_nextn_predict_layers says how many; has_draft_weights(weight_names(path))
+says whether the checkpoint carries them (many quantized conversions drop them).
 Weight bytes come from `metadata.total_size` of model.safetensors.index.json, else from the sizes of the
 *.safetensors files (a single-file checkpoint has no index).
 """
@@ -69,6 +71,41 @@ def load_model_dir(path):
         raise ModelError("%s has neither model.safetensors.index.json nor *.safetensors files: cannot size the "
                          "weights" % path)
     return config, sum(os.path.getsize(os.path.join(path, f)) for f in shards)
+
+
+def _safetensors_names(path):
+    """The tensor names in one .safetensors file's header (8-byte little-endian length + JSON), without its data."""
+    with open(path, "rb") as handle:
+        size = int.from_bytes(handle.read(8), "little")
+        if size <= 0 or size > 1 << 30:
+            raise ValueError("header length %d" % size)
+        return [k for k in json.loads(handle.read(size).decode("utf-8")) if k != "__metadata__"]
+
+
+def weight_names(path):
+    """Every tensor name of the checkpoint at path: the index's weight_map keys, else the single files' headers."""
+    index_path = os.path.join(path, "model.safetensors.index.json")
+    if os.path.exists(index_path):
+        weight_map = _read_json(index_path).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise ModelError("%s has no weight_map mapping" % index_path)
+        return list(weight_map)
+    names = []
+    for name in sorted(f for f in os.listdir(path) if f.endswith(".safetensors")):
+        try:
+            names.extend(_safetensors_names(os.path.join(path, name)))
+        except (OSError, ValueError) as exc:
+            raise ModelError("%s cannot be read as safetensors: %s" % (os.path.join(path, name), exc)) from None
+    return names
+
+
+def has_draft_weights(names, num_layers):
+    """Whether a checkpoint carries its MTP (nextn) layer as SGLang's NextN models load it: the tensors of decoder
+    layer `num_hidden_layers` (the one after the last; deepseek_nextn.py / glm4_moe_nextn.py map
+    `model.layers.{num_hidden_layers}.` onto the draft layer). A multimodal checkpoint's language model may
+    prefix the name (model.language_model.layers.N)."""
+    marker = "layers.%d." % num_layers
+    return any(marker in name for name in names)
 
 
 def _first(cfg, *keys, default=None):

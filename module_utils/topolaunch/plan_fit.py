@@ -235,7 +235,9 @@ def machine_points(request, records):
     points = []
     for _key, (w, recs) in sorted(by_workload.items()):
         fields = {name: getattr(request, name) for name in planner.PlanRequest.FIELDS}
-        fields.update(workload=w, fits=None, measured=None, layout="auto")
+        # plain layouts, as measured without speculative decoding (a layout+nextn record is not fitted: the fit's
+        # constants are the target model's; the accept length is its own figure)
+        fields.update(workload=w, fits=None, measured=None, layout="auto", speculative="off")
         names = sorted(recs)
         layouts = []
         for name in names:

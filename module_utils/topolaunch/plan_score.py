@@ -45,6 +45,14 @@ m = the chunk, attention over half the prompt on average), allreduces of the who
 pipelines chunks across stages. Each request's prompt costs the replica input_len / prefill rate seconds, during
 which it does not decode (SGLang runs prefill and decode batches one after the other).
 
+Speculative decoding (settings.speculative: plan_speculative.settings, NEXTN/MTP). One cycle verifies
+num_draft_tokens tokens of every running request in one target pass (m = b x num_draft_tokens tokens, graphs
+captured for that many) and drafts with num_steps passes of the draft layer(s) (and the LM head) over b tokens;
+each request gains accept_length tokens per cycle. At a small batch the verify pass costs about one plain step
+(latency- and weight-bound), so the gain is near the accept length; as the batch grows the pass becomes
+compute-bound and costs up to num_draft_tokens plain steps: the gain shrinks, and turns into a loss at high
+concurrency, which is where speculative decoding helps least.
+
 Throughput per replica = b / (decode step + b x prefill time per request / output_len); x the replicas that have
 requests (all dp of them unless the concurrency is smaller than dp).
 """
@@ -464,15 +472,27 @@ def estimate(model, layout, stages, links, gpu, workload, kv_tokens, settings, s
     # decode: pp micro-batches of b/pp requests (1 each with a bubble when b < pp)
     micro = max(1.0, batch / float(pp))
     ctx = inp + out / 2.0
+    spec = settings.get("speculative")
+    verify = spec["num_draft_tokens"] if spec else 1      # tokens per request in one target pass
     slowest, parts = 0.0, None
     for stage in stages:
-        gpu_time, stage_parts = stage_time(shape, layout, stage, micro, ctx, links, gpu, peak, eff, graph_bs)
+        gpu_time, stage_parts = stage_time(shape, layout, stage, micro * verify, ctx, links, gpu, peak, eff,
+                                           graph_bs * verify)
         cpu = cpu_step + cpu_req * micro
         stage_parts["cpu"] = max(0.0, cpu - gpu_time) if overlap else cpu
         total = gpu_time + stage_parts["cpu"]
         if total > slowest:
             slowest, parts = total, stage_parts
     cycle = pp * slowest                              # every request advances one token
+    gain = 1.0
+    if spec:   # num_steps draft passes over the batch, then accept_length tokens per request per cycle
+        draft_stage = {"index": len(stages) - 1, "layers": spec["draft_layers"], "dense_layers": 0,
+                       "moe_layers": spec["draft_layers"] if shape.experts else 0, "last": True}
+        if not shape.experts:
+            draft_stage["dense_layers"] = spec["draft_layers"]
+        draft = stage_time(shape, layout, draft_stage, micro, ctx, links, gpu, peak, eff, graph_bs)[0]
+        cycle += pp * spec["num_steps"] * draft
+        gain = spec["accept_length"]
     bubble = 1.0 - min(batch, pp) / float(pp)
 
     # prefill: chunks through the stages (pipelined with pp > 1)
@@ -487,7 +507,7 @@ def estimate(model, layout, stages, links, gpu, workload, kv_tokens, settings, s
     # that arrives as a decode step starts - it waits for the requests queued ahead of it beyond the batch (each
     # slot frees after output_len x TPOT), that step, and its prompt's chunks (full ones under load) through
     # the pp stages.
-    tpot = cycle + batch * prefill_per_request / out
+    tpot = cycle / gain + batch * prefill_per_request / out
     tokens_per_s = active * batch / tpot
     queued = max(0, per_replica - batch)
     ttft = queued * out * tpot / batch + cycle + (math.ceil(inp / chunk) + pp - 1) * pre_slowest
@@ -502,6 +522,8 @@ def estimate(model, layout, stages, links, gpu, workload, kv_tokens, settings, s
         "prefill_ms_per_request": round(prefill_per_request * 1e3, 3),
         "limit": "kv" if capacity < min(per_replica, running) else "concurrency",
     })
+    if spec:
+        result["speculative_gain"] = round(gain, 3)
     # the parts of one decode step (per GPU of the slowest stage, x pp micro-batches)
     for key in ("compute", "weights", "kv", "comm", "overhead", "cpu"):
         result["%s_ms" % key] = round(parts[key] * pp * 1e3, 3)

@@ -62,13 +62,14 @@ top two is inside the model's error on the calibration set (then: measure, layou
 the tune's own rule, tune.select through tune_selection). An explicit layout is
 honoured when valid and refused with every reason when not.
 """
+import copy
 import hashlib
 import math
 import os
 import re
 
-from . import (constants, known_combinations, model_config, plan_nodes, plan_perf, plan_preflight, sglang_facts_0_5_23,
-               sglang_facts_0_5_9, tune_backends)
+from . import (constants, known_combinations, model_config, plan_nodes, plan_perf, plan_preflight, plan_speculative,
+               sglang_facts_0_5_9, sglang_facts_0_5_23, tune_backends)
 from .constants import base_version
 from .plan_args import FlagIndex, PLANNER_FLAGS, check_server_args, metrics_argv, supported_versions, text_problem
 from .plan_score import (MAX_IN_FLIGHT, SATURATING, Links, Shape, check_workload, estimate, estimate_at_slo, gemm_peak,
@@ -310,13 +311,17 @@ def stage_weights(model, partition):
     return out
 
 
-def memory_estimate(model, tp, partition, gpu_bytes, fraction, kv_bytes, attn_dp=1):
+def memory_estimate(model, tp, partition, gpu_bytes, fraction, kv_bytes, attn_dp=1, draft_layers=0):
     """Per GPU of the fullest stage: weights, usable memory, KV room and the KV tokens a replica holds.
 
     attn_dp > 1 (attention data parallel, SGLang --enable-dp-attention): attention weights are split over only
     tp/attn_dp GPUs (replicated across the attention DP ranks), each rank keeps the KV of its own requests, so
-    the replica holds attn_dp times the tokens of one GPU."""
+    the replica holds attn_dp times the tokens of one GPU. draft_layers (speculative decoding's MTP layers) add
+    their weights (plan_speculative.draft_bytes) and their KV cache to the last stage."""
     stages = stage_weights(model, partition)
+    if draft_layers:
+        stages[-1] = dict(stages[-1], bytes=stages[-1]["bytes"] + plan_speculative.draft_bytes(model),
+                          layers=stages[-1]["layers"] + draft_layers)
     available = gpu_bytes - CUDA_CONTEXT_BYTES
     usable = available * fraction
     attn_tp = max(1, tp // attn_dp)
@@ -379,7 +384,7 @@ def _int_input(value, name, reasons, low=None, high=None):
 # ----------------------------------------------------------------------------------------------------- rules
 
 
-def _model_rules(model, c, values, partition, facts):
+def _model_rules(model, c, values, partition, facts, spec_planned=False):
     tp, pp, ep = c["tp"], c["pp"], c["ep"]
     reasons = []
     if model["num_heads"] % tp:
@@ -431,7 +436,9 @@ def _model_rules(model, c, values, partition, facts):
     if pp > 1:   # what the version refuses with PP in ordinary (not disaggregated) serving: its PP facts
         for name in facts.PP["refuses"]:
             if values.get(name) and name == "speculative_algorithm":
-                reasons.append("pp > 1 cannot run speculative decoding (%s)" % values[name])
+                why = plan_speculative.pp_reason(facts, pp) if spec_planned else None
+                if why or not spec_planned:
+                    reasons.append(why or "pp > 1 cannot run speculative decoding (%s)" % values[name])
             elif values.get(name) is not None and values.get(name) is not False:
                 reasons.append("pp > 1 cannot run %s" % name)
     return reasons
@@ -506,6 +513,8 @@ class _Context:
         self.gpu = plan_perf.gpu_perf(self.gpu_names[0], self.compute_capability)
         self.overlap = not values.get("disable_overlap_schedule", False)
         self.sglang = sglang_facts_0_5_9   # the installed version's facts (_prepare sets them)
+        self.speculative = None           # plan_speculative's choice: {mode, available, why, ctx (NEXTN's), settings}
+        self.spec = None                  # on the NEXTN context: plan_speculative.settings()
         self.kv_bytes = kv_dtype_bytes(model, values, self.compute_capability)
         self.shape = Shape(model, self.kv_bytes)
 
@@ -524,7 +533,31 @@ def stage_shapes(model, partition):
 
 
 def evaluate(ctx, c):
-    """One candidate: validity with every reason, placement per node, memory, score estimate."""
+    """One candidate: validity with every reason, placement per node, memory, score estimate; where speculative
+    decoding is asked for and the checkpoint allows it (ctx.speculative), with it (on) or both ways, keeping the
+    faster estimate (auto). `speculative` says {on, estimate_on, estimate_off, reason}."""
+    plan = ctx.speculative
+    if not plan or not plan["available"] or plan["mode"] == "off":
+        return _evaluate(ctx, c)
+    on = _evaluate(plan["ctx"], c)
+    off = _evaluate(ctx, c) if plan["mode"] == "auto" else None
+    figure = lambda x: (x.get("estimate") or {}).get("tokens_per_s") or 0.0   # noqa: E731
+    keep_on = off is None or (on["valid"] and (not off["valid"] or figure(on) > figure(off)))
+    out = on if keep_on else off
+    if off is not None and on["valid"]:
+        out["_variants"] = {True: on, False: off}   # the tune measures both; a measurement then picks (plan)
+    why = None if on["valid"] else "; ".join(on["reasons"])
+    out["speculative"] = {
+        "on": keep_on and on["valid"], "algorithm": plan_speculative.ALGORITHM,
+        "accept_length": plan["settings"]["accept_length"], "accept_length_source": plan["accept_length_source"],
+        "estimate_on": figure(on) if on["valid"] else None, "estimate_off": figure(off) if off else None,
+        "reason": ("%s: with it %s tok/s, without %s" % ("kept" if keep_on else "left off", figure(on), figure(off))
+                   if off is not None and on["valid"] else (why and "not with it: %s" % why) or "on (asked for)")}
+    return out
+
+
+def _evaluate(ctx, c):
+    """One candidate as the values of ctx run it: validity with every reason, placement, memory, estimate."""
     tp, pp, dp, ep = c["tp"], c["pp"], c["dp"], c["ep"]
     model, nnodes = ctx.model, ctx.nnodes
     out = {"name": layout_name(tp, pp, dp, ep), "tp": tp, "pp": pp, "dp": dp, "ep": ep, "valid": False,
@@ -534,7 +567,7 @@ def evaluate(ctx, c):
     if ctx.partition is not None and len(ctx.partition) == pp and all(p >= 1 for p in ctx.partition) \
             and sum(ctx.partition) == model["num_layers"]:
         partition = ctx.partition
-    reasons.extend(_model_rules(model, c, ctx.values, ctx.partition, ctx.sglang))
+    reasons.extend(_model_rules(model, c, ctx.values, ctx.partition, ctx.sglang, ctx.spec is not None))
     if pp > 1 and ep > 1 and ctx.values.get("moe_a2a_backend") == "flashinfer":
         # sglang/srt/layers/moe/token_dispatcher/flashinfer.py builds its Mapping with pp_size=1
         out["warnings"].append("pp > 1 with ep > 1 through the flashinfer all-to-all: its dispatcher is built with "
@@ -584,7 +617,7 @@ def evaluate(ctx, c):
         defaults = sglang_memory_defaults(gpu_bytes, tp, pp, ctx.values, ctx.sglang, model["mla"])
         fraction = defaults["mem_fraction_static"]
         memory, stages = memory_estimate(model, tp, partition, gpu_bytes, fraction, ctx.kv_bytes,
-                                         c.get("attn_dp", 1))
+                                         c.get("attn_dp", 1), ctx.spec["draft_layers"] if ctx.spec else 0)
         memory["mem_fraction_source"] = "server_args" if ctx.values.get("mem_fraction_static") else \
             "sglang_%s_default" % ctx.sglang.VERSION
         out["memory"] = memory
@@ -618,6 +651,8 @@ def _estimate(ctx, c, partition, memory, defaults, links):
         "overlap": ctx.overlap,
         "kv_bytes": ctx.kv_bytes,
     }
+    if ctx.spec:
+        settings["speculative"] = ctx.spec
     stages = stage_shapes(ctx.model, partition)
     result = estimate_at_slo(ctx.model, c, stages, links, ctx.gpu, ctx.workload, memory["kv_tokens"], settings,
                              shape=ctx.shape, eff=ctx.eff)
@@ -821,7 +856,8 @@ def _measured_by_layout(measured, model_names, fingerprints, workload, reasons, 
     best, elsewhere, variants = {}, set(), {}
     slo = workload.get("slo")
     for k, rec in _records_of_machine(measured, "measured", model_names, fingerprints, reasons):
-        base, backends = tune_backends.split_variant(rec.get("layout"))
+        base, spec = plan_speculative.split_name(rec.get("layout"))
+        base, backends = tune_backends.split_variant(base)
         try:
             layout = parse_layout(base)
         except PlanError as exc:
@@ -830,8 +866,9 @@ def _measured_by_layout(measured, model_names, fingerprints, workload, reasons, 
         tput = rec.get("output_throughput")
         if isinstance(tput, bool) or not isinstance(tput, (int, float)) or layout == "auto":
             continue
-        name = layout_name(layout["tp"], layout["pp"], layout["dp"], layout["ep"])
-        if not comparable_workload(rec, workload, (saturating or {}).get(name)):
+        plain = layout_name(layout["tp"], layout["pp"], layout["dp"], layout["ep"])
+        name = plain + spec
+        if not comparable_workload(rec, workload, (saturating or {}).get(plain)):
             elsewhere.add("%s at %s/%s concurrency %s" % (name, rec.get("input_len"), rec.get("output_len"),
                                                           rec.get("max_concurrency")))
             continue
@@ -867,6 +904,34 @@ def slo_missed(c):
         return ("measured: " + ", ".join(misses)) if misses else None
     verdict = (c.get("estimate") or {}).get("slo") or {}
     return verdict["reason"] if verdict.get("met") is False else None
+
+
+def _speculative_measured(candidates, measured):
+    """Where a layout was measured with speculative decoding (its records' layout: name + plan_speculative.SUFFIX)
+    and/or without it, the faster measured variant is the one planned (a layout evaluated both ways), or the
+    measurement of the variant it runs counts (speculative decoding on). `measured` is keyed by plain name after."""
+    out = []
+    for c in candidates:
+        name, spec = c["name"], c.get("speculative") or {}
+        on_m, off_m = measured.pop(name + plan_speculative.SUFFIX, None), measured.get(name)
+        if c.get("_variants"):
+            figure = lambda m: m["output_throughput"] if m else None   # noqa: E731
+            if on_m or off_m:
+                keep_on = bool(on_m) and (not off_m or on_m["output_throughput"] > off_m["output_throughput"])
+                variant = dict(c["_variants"][keep_on])
+                variant["speculative"] = dict(spec, on=keep_on, measured_on=figure(on_m), measured_off=figure(off_m),
+                                              reason="measured %s: with it %s tok/s, without %s" % (
+                                                  "faster with it" if keep_on else "faster without it",
+                                                  figure(on_m), figure(off_m)))
+                measured[name] = on_m if keep_on else off_m
+                c = variant
+        elif spec.get("on"):
+            if on_m:
+                measured[name] = on_m
+            else:
+                measured.pop(name, None)   # a measurement without speculative decoding is not of this launch
+        out.append(c)
+    return out
 
 
 def rank(candidates, measured):
@@ -947,7 +1012,10 @@ class PlanRequest:
     metrics: SGLang's Prometheus metrics on (plan_args.metrics_argv: --enable-metrics, and for TP > 1
     --enable-metrics-for-all-schedulers where the release has it). api_key_set: an API key will be enforced
     (topolaunch_api_key is set); listen_without_api_key: the inventory's explicit opt-in to listening on every
-    address without one (exposure_problem).
+    address without one (exposure_problem). speculative: auto | on | off (topolaunch_speculative, plan_speculative),
+    speculative_accept_length: the accept length its estimate uses (None: plan_speculative's default).
+    model may carry weight_names (the checkpoint's tensor names) for the MTP-weights check; read from model_path
+    otherwise.
     """
 
     FIELDS = {"topology": None, "node_topologies": None, "model": None, "model_path": None, "layout": "auto",
@@ -955,7 +1023,8 @@ class PlanRequest:
               "served_model_name": None, "nnodes": 1, "node_rank": 0, "dist_init_addr": None, "measured": None,
               "gpus": None, "pp_layer_partition": None, "workload": None, "preflight": None,
               "nccl_topo_file": None, "fits": None, "allow_cross_node_tp": False, "node_servers": None,
-              "metrics": True, "api_key_set": False, "listen_without_api_key": False, "backends": None}
+              "metrics": True, "api_key_set": False, "listen_without_api_key": False, "backends": None,
+              "speculative": "off", "speculative_accept_length": None}
 
     def __init__(self, **fields):
         unknown = sorted(set(fields) - set(self.FIELDS))
@@ -1006,6 +1075,7 @@ def _plan_once(request):
     saturating = {c["name"]: c["estimate"]["concurrency"] for c in candidates if c.get("estimate")}
     measured_best = _measured_by_layout(request.measured, model_names, {fingerprint}, ctx.workload, reasons,
                                         p["warnings"], saturating)
+    candidates = _speculative_measured(candidates, measured_best)
     candidates = rank(candidates, measured_best)
     # the interactivity curve of the layouts a tune or a report looks at: the top ones and the measured ones
     top = [c for c in candidates if c["valid"] and c.get("estimate")]
@@ -1093,9 +1163,13 @@ def _prepare(request):
                 raise model_config.ModelError("model must be a mapping with config (config.json) and total_size")
             name = model.get("name") or (os.path.basename(str(model_path).rstrip("/")) if model_path else None)
             facts = model_config.model_facts(model["config"], model["total_size"], name)
+            facts["draft_weights"] = model_config.has_draft_weights(model.get("weight_names") or [],
+                                                                    facts["num_layers"])
         elif model_path:
             config, total = model_config.load_model_dir(model_path)
             facts = model_config.model_facts(config, total, os.path.basename(str(model_path).rstrip("/")))
+            facts["draft_weights"] = bool(facts["nextn_layers"]) and model_config.has_draft_weights(
+                model_config.weight_names(model_path), facts["num_layers"])
     except model_config.ModelError as exc:
         reasons.append("model %s: %s" % (model_path, exc) if model_path and not model else "model: %s" % exc)
     if not model_path:
@@ -1190,6 +1264,7 @@ def _prepare(request):
             reasons.append("pp_layer_partition must be a list of layer counts, got %r" % (pp_layer_partition,))
         else:
             partition = pp_layer_partition
+    reasons.extend(plan_speculative.check_inputs(r.speculative, r.speculative_accept_length))
     workload, workload_reasons = check_workload(workload)
     reasons.extend(workload_reasons)
     try:
@@ -1217,6 +1292,7 @@ def _prepare(request):
     ctx.index = index
     ctx.metrics = r.metrics
     ctx.node_servers = node_servers
+    _plan_speculative(ctx, r, reasons, warnings)   # last: its NEXTN context copies this one
     total = sum(len(n.indices) for n in nodes) if nnodes_n == 1 else nnodes_n * min(len(n.indices) for n in nodes)
     layouts = enumerate_layouts(total, facts["moe"], nnodes_n) if total else []
     if wanted != "auto" and not any(all(l[k] == wanted[k] for k in ("tp", "pp", "dp", "ep")) for l in layouts):
@@ -1224,6 +1300,30 @@ def _prepare(request):
     return {"ctx": ctx, "candidates": [evaluate(ctx, c) for c in layouts], "reasons": reasons, "wanted": wanted,
             "warnings": warnings, "items": items, "served": served, "port": port_number, "rank": rank_n,
             "total": total}
+
+
+def _plan_speculative(ctx, request, reasons, warnings):
+    """ctx.speculative: whether and how the candidates are evaluated with NEXTN (plan_speculative)."""
+    mode = request.speculative if request.speculative in plan_speculative.MODES else "off"
+    if mode == "off":
+        return
+    if ctx.values.get("speculative_algorithm") is not None:
+        warnings.append("server_args.speculative_algorithm %s is set: topolaunch_speculative %s plans nothing of its "
+                        "own" % (ctx.values["speculative_algorithm"], mode))
+        return
+    available, why = plan_speculative.availability(ctx.model, ctx.sglang)
+    if not available:
+        (reasons if mode == "on" else warnings).append("speculative decoding (topolaunch_speculative %s): %s"
+                                                       % (mode, why))
+        return
+    spec_ctx = copy.copy(ctx)
+    spec_ctx.values = plan_speculative.model_values(ctx.sglang, ctx.values)
+    spec_ctx.overlap = True   # spec v2 (0.5.9: the env it gets; 0.5.23 always) keeps the overlap scheduler
+    spec_ctx.spec = plan_speculative.settings(ctx.sglang, ctx.model, request.speculative_accept_length)
+    spec_ctx.speculative = None
+    ctx.speculative = {"mode": mode, "available": True, "why": why, "ctx": spec_ctx, "settings": spec_ctx.spec,
+                       "accept_length_source": "topolaunch_speculative_accept_length"
+                       if request.speculative_accept_length else "default (plan_speculative.DEFAULT_ACCEPT_LENGTH)"}
 
 
 def _compute_capabilities(request):
@@ -1287,6 +1387,8 @@ def _public(c):
         out["cuda_visible_devices"] = ",".join(str(g) for g in c["gpu_indices"])
     if c.get("network"):
         out["network"] = c["network"]
+    if c.get("speculative"):
+        out["speculative"] = c["speculative"]
     return out
 
 
@@ -1423,6 +1525,12 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
     base_argv += metrics_argv(ctx.index, ctx.metrics, tp)
     for _arg, words in items:
         base_argv.extend(words)
+    speculative = chosen.get("speculative") or {}
+    spec_env = {}
+    if speculative.get("on"):
+        for _arg, words in check_server_args(plan_speculative.server_args(ctx.sglang), ctx.index)[0]:
+            base_argv.extend(words)
+        spec_env = plan_speculative.env(ctx.sglang, pp)
 
     def node_env(order):
         env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in order)}
@@ -1430,6 +1538,7 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
             env["SGLANG_PP_LAYER_PARTITION"] = ",".join(str(n) for n in split)
         env.update(nccl)
         env.update((ctx.known or {}).get("env") or {})
+        env.update(spec_env)
         return env
 
     def node_argv(rank, order):
@@ -1464,7 +1573,8 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
         stages.append(entry)
         first += count
     result = {
-        "layout": {"tp": tp, "pp": pp, "dp": dp, "ep": ep, "nnodes": nnodes, "name": chosen["name"]},
+        "layout": {"tp": tp, "pp": pp, "dp": dp, "ep": ep, "nnodes": nnodes,
+                   "name": chosen["name"] + (plan_speculative.SUFFIX if speculative.get("on") else "")},
         "gpu_indices": mine["gpu_indices"],
         "cuda_visible_devices": mine["cuda_visible_devices"],
         "env": mine["env"],
@@ -1480,7 +1590,8 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
         "reason": " ".join(filter(None, [
             _reason(chosen, candidates, wanted, measured_best, fingerprint, model["name"], ctx.workload),
             plan_preflight.describe(ctx.preflight, ctx.preflight is not None)]
-            + list((ctx.known or {}).get("reasons") or []))),
+            + list((ctx.known or {}).get("reasons") or []) + _speculative_reason(ctx, speculative, spec_env))),
+        "speculative": dict(speculative, env=spec_env) if speculative else {"on": False},
         "known_combinations": list((ctx.known or {}).get("applied") or []),
         "link_figures": {"source": "preflight" if ctx.preflight else "tables",
                          "created": (ctx.preflight or {}).get("created"),
@@ -1514,6 +1625,22 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
         result["cluster_fingerprint"] = fingerprint
         result["dist_init_addr"] = str(dist_init_addr)
     return result
+
+
+def _speculative_reason(ctx, speculative, spec_env):
+    """The plan's sentence on speculative decoding (none when it was not asked for)."""
+    plan = ctx.speculative
+    if not speculative:
+        return []
+    if not speculative.get("on"):
+        return ["Speculative decoding (topolaunch_speculative %s) is off: %s." % (plan["mode"], speculative["reason"])]
+    steps, topk, draft = ctx.sglang.SPECULATIVE["default_params"]
+    return ["Speculative decoding NEXTN (%s; %s) with SGLang %s's defaults num_steps %d, eagle_topk %d, "
+            "num_draft_tokens %d, accept length %.2f (%s)%s; SGLang caps max_running_requests at %d where unset." % (
+                plan["why"], speculative["reason"], ctx.sglang.VERSION, steps, topk, draft,
+                speculative["accept_length"], speculative["accept_length_source"],
+                ", env %s" % " ".join("%s=%s" % kv for kv in sorted(spec_env.items())) if spec_env else "",
+                ctx.sglang.SPECULATIVE["max_running_requests"])]
 
 
 def _placement_warnings(ctx, chosen, placement):

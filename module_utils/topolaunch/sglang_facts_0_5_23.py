@@ -181,3 +181,27 @@ BACKENDS = (
                                       'triton',
                                       'aiter']}}
 )
+
+SPECULATIVE = (
+    {'source': 'sglang/srt/arg_groups/speculative_hook.py:_handle_eagle_family',
+     'nextn_alias': 'EAGLE',
+     'self_draft_architectures': ['DeepseekV32ForCausalLM',
+                                  'DeepseekV3ForCausalLM',
+                                  'DeepseekV4ForCausalLM',
+                                  'Glm4MoeForCausalLM',
+                                  'Glm4MoeLiteForCausalLM',
+                                  'GlmMoeDsaForCausalLM',
+                                  'BailingMoeForCausalLM',
+                                  'BailingMoeV2ForCausalLM',
+                                  'BailingMoeV2_5ForCausalLM',
+                                  'MistralLarge3ForCausalLM',
+                                  'PixtralForConditionalGeneration',
+                                  'HYV3ForCausalLM',
+                                  'HYV4ForCausalLM',
+                                  'Qwen4ExpForConditionalGeneration'],
+     'max_running_requests': 48,
+     'spec_v2_env': None,
+     'default_params': [3, 1, 4],
+     'pp_algorithms': ['EAGLE'],
+     'pp_env': 'SGLANG_ENABLE_PP_SPEC'}
+)

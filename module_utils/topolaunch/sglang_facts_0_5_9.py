@@ -144,3 +144,23 @@ BACKENDS = (
                                       'triton',
                                       'aiter']}}
 )
+
+SPECULATIVE = (
+    {'source': 'sglang/srt/server_args.py:_handle_speculative_decoding',
+     'nextn_alias': 'EAGLE',
+     'self_draft_architectures': ['DeepseekV32ForCausalLM',
+                                  'DeepseekV3ForCausalLM',
+                                  'Glm4MoeForCausalLM',
+                                  'Glm4MoeLiteForCausalLM',
+                                  'GlmMoeDsaForCausalLM',
+                                  'BailingMoeForCausalLM',
+                                  'BailingMoeV2ForCausalLM',
+                                  'BailingMoeV2_5ForCausalLM',
+                                  'MistralLarge3ForCausalLM',
+                                  'PixtralForConditionalGeneration'],
+     'max_running_requests': 48,
+     'spec_v2_env': 'SGLANG_ENABLE_SPEC_V2',
+     'default_params': [3, 1, 4],
+     'pp_algorithms': [],
+     'pp_env': None}
+)

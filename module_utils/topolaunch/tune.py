@@ -13,7 +13,7 @@ Layouts measured already are not measured again unless `remeasure`; a layout tha
 import math
 import os
 
-from . import model_config, plan_perf, planner, tune_start
+from . import model_config, plan_perf, plan_speculative, planner, tune_start
 from . import tune_backends as backend_variants
 from .plan_args import FlagIndex
 from .plan_fit import of_this_machine, plan_with_fit
@@ -116,7 +116,38 @@ def select(candidates, max_count=3, error=None, remeasure=False, listed=None, fa
 
 
 def _shape(c):
-    return (c["tp"], c["pp"], c["dp"])
+    return (c["tp"], c["pp"], c["dp"], plan_speculative.split_name(c["name"])[1])
+
+
+def speculative_candidates(candidates, error=None):
+    """The candidates as a tune measures them, with speculative decoding as a choice of its own (issue 28 item 2):
+    a layout planned with NEXTN is named layout + plan_speculative.SUFFIX; a layout the planner evaluated both ways
+    (topolaunch_speculative auto) whose two estimates are within the model's error of each other (the model cannot
+    tell which is faster) is offered both ways, each with its own estimate and measurement, so the tune measures
+    both and the faster measured is kept (the plan after the tune picks the faster measured variant)."""
+    error = plan_perf.MODEL_ERROR if error is None else float(error)
+    out = []
+    for c in candidates:
+        spec = c.get("speculative") or {}
+        if not c.get("valid") or not spec:
+            out.append(c)
+            continue
+        on = bool(spec.get("on"))
+        mine = dict(c, name=c["name"] + (plan_speculative.SUFFIX if on else ""))
+        out.append(mine)
+        est_on, est_off = spec.get("estimate_on"), spec.get("estimate_off")
+        if not est_on or not est_off or abs(math.log(est_on / est_off)) > error:
+            continue
+        other = not on
+        measured = spec.get("measured_on" if other else "measured_off")
+        twin = dict(c, name=c["name"] + (plan_speculative.SUFFIX if other else ""),
+                    estimate=dict(c.get("estimate") or {}, tokens_per_s=est_on if other else est_off),
+                    speculative=dict(spec, on=other))
+        twin.pop("measured", None)
+        if measured:
+            twin["measured"] = dict(c.get("measured") or {}, output_throughput=measured)
+        out.append(twin)
+    return out
 
 
 def report_lines(tune):
@@ -137,7 +168,7 @@ def report_lines(tune):
 def _bench_batch_sizes(result, measure):
     """The batch sizes the tune's benches run: each measured layout's point (the workload's concurrency, `max`'s
     or the SLO's: its estimate's), else the plan's."""
-    layouts = {backend_variants.split_variant(name)[0] for name in measure}
+    layouts = {backend_variants.base_layout(name) for name in measure}
     sizes = {int(c["estimate"]["concurrency"]) for c in result["candidates"]
              if c.get("name") in layouts and isinstance((c.get("estimate") or {}).get("concurrency"), (int, float))}
     fallback = result.get("concurrency") or result["workload"]["concurrency"]
@@ -180,7 +211,8 @@ def tune_plan(request, failures=None, tune_max=3, tune_remeasure=False, tune_lay
     result, fit = plan_with_fit(request)
     result["requested_layout"] = "tune"
     failed = {r.get("layout") for r in of_this_machine(result, failures) if r.get("stage") in START_STAGES}
-    selection = select(result["candidates"], tune_max, remeasure=tune_remeasure, listed=tune_layouts, failed=failed)
+    selection = select(speculative_candidates(result["candidates"]), tune_max, remeasure=tune_remeasure,
+                       listed=tune_layouts, failed=failed)
     if selection["reasons"]:
         raise PlanError(selection["reasons"], {"candidates": result["candidates"],
                                                "topology_fingerprint": result["topology_fingerprint"]})

@@ -15,7 +15,7 @@ is not one of its choices, a kind the operator set in server_args: one-line erro
 The plan of a measured variant records its backends (plan.backends, plan.layout.variant); planner.plan launches the
 measured winner with them.
 """
-from . import known_combinations
+from . import known_combinations, plan_speculative
 
 FIELD = "topolaunch_tune_backends"
 SEP = "+"
@@ -34,6 +34,12 @@ def split_variant(name):
     if not parts or not all("." in p and p.split(".", 1)[0] and p.split(".", 1)[1] for p in parts):
         return name, {}
     return head, dict(p.split(".", 1) for p in parts)
+
+
+def base_layout(name):
+    """The layout a tune candidate starts as: its name without a backend variant or the speculative suffix
+    (plan_speculative.split_name: tp8ep8+nextn)."""
+    return split_variant(plan_speculative.split_name(name)[0])[0]
 
 
 def kinds_of(facts):

@@ -89,7 +89,7 @@ def tune_cost(facts, gpu_bytes, candidates, measure, values, batch_sizes):
     by_name = {c["name"]: c for c in candidates}
     layouts = {}
     for name in measure:
-        c = by_name[tune_backends.split_variant(name)[0]]   # a backend variant starts as its layout
+        c = by_name[tune_backends.base_layout(name)]   # a backend or speculative variant starts as its layout
         layouts[name] = {"candidate": start_parts(facts, gpu_bytes, c, c["weights_per_gpu_bytes"],
                                                   dict(values, **extra)),
                          "normal": start_parts(facts, gpu_bytes, c, c["weights_per_gpu_bytes"], values)}

@@ -5,7 +5,9 @@ pick), plan.json `source: measured`, FINDINGS.md with predicted and measured fig
 relaunches nothing; a candidate that crashes at load (SGLANG_SIM_FAULT crash_during_load@LAYOUT) is recorded and the
 tune ends with a healthy winner; with every candidate crashing the last known good plan runs again and the play fails.
 The candidates start with the decode CUDA graph for the bench's batch size only (faster capture) and the winner is
-launched again with the full set (module_utils/topolaunch/tune_start.py).
+launched again with the full set (module_utils/topolaunch/tune_start.py). With topolaunch_speculative auto and a
+checkpoint that carries its MTP layer, a layout whose estimates with and without NEXTN are close is measured both
+ways and the faster measured is kept (the simulator's accept length is the truth: lab_sim_accept_length).
 
     .venv/bin/pytest -m lab tests/lab/test_tune.py
 """
@@ -268,3 +270,38 @@ def test_a_tune_over_moe_runner_backends_runs_the_faster_one(lab_host, tmp_path)
     [record] = list((tmp_path / "results").rglob("tune-*.json"))
     assert BACKEND_VARIANT in record.read_text()                               # the tune's record names it
     assert BACKEND_VARIANT in (tmp_path / "results" / "FINDINGS.md").read_text()
+
+
+# Speculative decoding (issue 28 item 2): the lab model with its MTP layer (layer 78, num_hidden_layers, in the weight
+# index). The operator's accept length 2.2 makes the model predict tp8ep8 about as fast with NEXTN as without at the
+# lab workload (within its error, so both are measured); the simulator's truth (accept length 4) is faster with it.
+MTP_MODEL, SPEC_LAYOUT = "/srv/models/glm-5-mtp", "tp8ep8"
+MTP_INDEX = ("import json; p = '/srv/models/glm-5-nvfp4/model.safetensors.index.json'; i = json.load(open(p)); "
+             "i['weight_map'] = {'model.layers.%d.eh_proj.weight' % k: 'model-1.safetensors' for k in range(79)}; "
+             "json.dump(i, open('" + MTP_MODEL + "/model.safetensors.index.json', 'w'))")
+
+
+def test_a_tune_measures_speculative_decoding_on_and_off_and_keeps_the_faster(lab_host, tmp_path):
+    rc, out = TUNE.ssh("rm -rf %s && cp -a /srv/models/glm-5-nvfp4 %s && python3 -c \"%s\"" % (MTP_MODEL, MTP_MODEL,
+                                                                                               MTP_INDEX))
+    assert rc == 0, out
+    TUNE.write_inventory(lab_sim_layout_speed=SPEED, lab_sim_accept_length=4)
+    try:
+        run = tune(tmp_path, topolaunch_model_path=MTP_MODEL, model_weights_source="path",
+                   topolaunch_speculative="auto", topolaunch_speculative_accept_length=2.2,
+                   tune_layouts=[SPEC_LAYOUT, SPEC_LAYOUT + "+nextn"])
+        assert run.returncode == 0, run.stdout[-8000:]
+        results = tmp_path / "results"
+        assert list(results.rglob(SPEC_LAYOUT + "/*.jsonl")) and list(results.rglob(SPEC_LAYOUT + "+nextn/*.jsonl"))
+        plan = json.loads((tmp_path / "artifacts" / TUNE.host / "plan.json").read_text())
+        spec = plan["speculative"]
+        assert plan["source"] == "measured" and spec["measured_on"] and spec["measured_off"]
+        assert spec["measured_on"] > spec["measured_off"] and spec["on"]          # the faster measured is kept
+        said = " ".join(run.stdout.split())
+        assert "measuring %s, %s+nextn" % (SPEC_LAYOUT, SPEC_LAYOUT) in said, said[-4000:]
+        current = host_json("/var/lib/topolaunch/current_plan.json")
+        assert current["layout"]["name"] == SPEC_LAYOUT + "+nextn"
+        assert current["argv"][current["argv"].index("--speculative-algorithm") + 1] == "NEXTN"
+        assert healthy()
+    finally:
+        TUNE.write_inventory(lab_sim_layout_speed=SPEED)

@@ -28,6 +28,7 @@ class GenRequest:
         self.internal = internal  # health checks and the server's own warmup: not in metrics
         self.created = time.time()
         self.done = 0
+        self.credit = 1.0  # tokens this request may emit at its next step (a speculative step accepts several)
         self.first_token_at = None
         self.last_token_at = None
         self.finished_at = None
@@ -60,6 +61,8 @@ class Engine:
         self.gen_throughput = 0.0
         self._throughput_window = collections.deque()
         self.recorder = None  # metrics.Recorder with --enable-metrics: told of user requests' tokens
+        # speculative decoding: tokens a request gains per decode (verify) step on average, its accept length
+        self.tokens_per_step = 1.0
         self.thread = threading.Thread(target=self._loop, name="scheduler", daemon=True)
 
     def start(self):
@@ -120,6 +123,8 @@ class Engine:
             elif batch:
                 seconds = self.perf.decode_step(len(batch), sum(r.prompt_tokens + r.done for r in batch))
                 stepping = batch
+                for req in batch:   # the accepted tokens of this verify step (1 without speculative decoding)
+                    req.credit += self.tokens_per_step
             else:
                 continue
             now = time.monotonic()
@@ -142,8 +147,11 @@ class Engine:
             if req.aborted or req.finished:
                 continue
             if req.done < req.max_new:
-                req.done += 1
-                produced += 1
+                gained = max(1, int(req.credit))
+                req.credit -= gained
+                gained = min(gained, req.max_new - req.done)
+                req.done += gained
+                produced += gained
                 recorder = None if req.internal else self.recorder
                 if req.first_token_at is None:
                     req.first_token_at = t

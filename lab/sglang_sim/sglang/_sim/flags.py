@@ -20,6 +20,19 @@ from sglang._sim import release, resources
 logger = logging.getLogger("sglang.srt.server_args")
 
 
+# The architectures whose checkpoint carries its own draft (MTP) layers: the draft model path defaults to the model
+# (59:sglang/srt/server_args.py:2396-2407; 523:sglang/srt/arg_groups/speculative_hook.py:1118-1134).
+SELF_DRAFT_059 = ("DeepseekV32ForCausalLM", "DeepseekV3ForCausalLM", "Glm4MoeForCausalLM", "Glm4MoeLiteForCausalLM",
+                  "GlmMoeDsaForCausalLM", "BailingMoeForCausalLM", "BailingMoeV2ForCausalLM",
+                  "BailingMoeV2_5ForCausalLM", "MistralLarge3ForCausalLM", "PixtralForConditionalGeneration")
+SELF_DRAFT_0523 = SELF_DRAFT_059 + ("DeepseekV4ForCausalLM", "HYV3ForCausalLM", "HYV4ForCausalLM",
+                                    "Qwen4ExpForConditionalGeneration")
+
+
+def env_bool(name):  # sglang.srt.environ EnvBool: true/1/yes/y, case-insensitive
+    return os.environ.get(name, "false").strip().lower() in ("true", "1", "yes", "y")
+
+
 def nullable_str(val):  # sglang.srt.utils.common.nullable_str
     if not val or val == "None":
         return None
@@ -403,9 +416,10 @@ class ServerArgs:
         return [(phase, config[phase]["backend"], config[phase]["bs"]) for phase in ("prefill", "decode")
                 if config[phase]["backend"] != "disabled"]
 
-    def post_init(self, gpu_memory_mib, mla=False):
+    def post_init(self, gpu_memory_mib, mla=False, architecture=None):
         """The part of ServerArgs' start-up resolution the lab can meet (defaults that depend on the GPU)."""
         f = self._fields
+        self._speculative(architecture)
         f.setdefault("tp_size", 1)
         f.setdefault("pp_size", 1)
         f.setdefault("dp_size", 1)
@@ -440,6 +454,55 @@ class ServerArgs:
             if not f.get("disable_overlap_schedule"):
                 logger.warning("Pipeline parallelism is incompatible with overlap schedule.")
             f["disable_overlap_schedule"] = True
+
+    def _speculative(self, architecture):
+        """EAGLE-family speculative decoding as the release resolves it (59:sglang/srt/server_args.py:2330-2448
+        _handle_speculative_decoding; 523:sglang/srt/arg_groups/speculative_hook.py:81-119, 1072-1283
+        _resolve_speculative_algorithm_alias and _handle_eagle_family): NEXTN is EAGLE; max_running_requests 48
+        where unset; 0.5.9 runs the overlapped spec v2 worker only with SGLANG_ENABLE_SPEC_V2 (else the overlap
+        scheduler is off); a self-drafting architecture drafts from its own checkpoint; the default
+        (num_steps, eagle_topk, num_draft_tokens) is (3, 1, 4); with topk 1 num_draft_tokens is num_steps + 1."""
+        f = self._fields
+        if f.get("speculative_algorithm") is None:
+            return
+        algorithm = f["speculative_algorithm"].upper()
+        if algorithm == "NEXTN":
+            algorithm = "EAGLE"
+        f["speculative_algorithm"] = algorithm
+        if algorithm not in ("EAGLE", "EAGLE3", "STANDALONE"):
+            return
+        if f.get("max_running_requests") is None:
+            f["max_running_requests"] = 48
+            logger.warning("Max running requests is reset to 48 for speculative decoding. You can override this by "
+                           "explicitly setting --max-running-requests.")
+        if not release.at_least("0.5.23"):
+            if env_bool("SGLANG_ENABLE_SPEC_V2"):
+                f["disable_overlap_schedule"] = False
+                logger.warning("Spec v2 is enabled for eagle/eagle3 speculative decoding and overlap schedule is "
+                               "turned on.")
+                if f.get("speculative_eagle_topk") is not None and f["speculative_eagle_topk"] > 1:
+                    raise ValueError("Spec v2 currently only supports topk = 1 for speculative decoding.")
+            else:
+                f["disable_overlap_schedule"] = True
+                logger.warning("Overlap scheduler is disabled when spec v2 is off or using unsupported speculative "
+                               "algorithm. You can set env SGLANG_ENABLE_SPEC_V2=True to enable the experimental "
+                               "overlap scheduler. ")
+        self_draft = SELF_DRAFT_0523 if release.at_least("0.5.23") else SELF_DRAFT_059
+        if architecture in self_draft and f.get("speculative_draft_model_path") is None:
+            f["speculative_draft_model_path"] = f["model_path"]
+        if f.get("speculative_num_steps") is None:
+            assert f.get("speculative_eagle_topk") is None and f.get("speculative_num_draft_tokens") is None
+            f["speculative_num_steps"], f["speculative_eagle_topk"], f["speculative_num_draft_tokens"] = 3, 1, 4
+        if f["speculative_eagle_topk"] == 1 and f["speculative_num_draft_tokens"] != f["speculative_num_steps"] + 1:
+            logger.warning("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+                           "speculative_eagle_topk == 1")
+            f["speculative_num_draft_tokens"] = f["speculative_num_steps"] + 1
+
+    def speculative(self):
+        """(num_steps, num_draft_tokens) of an EAGLE-family run, else None."""
+        if self._fields.get("speculative_algorithm") not in ("EAGLE", "EAGLE3", "STANDALONE"):
+            return None
+        return self._fields["speculative_num_steps"], self._fields["speculative_num_draft_tokens"]
 
     def _gpu_memory_settings_059(self, gpu_memory_mib):
         """ServerArgs._handle_gpu_memory_settings (59:sglang/srt/server_args.py:911-1045), gpu_mem in MiB."""
@@ -533,7 +596,25 @@ class ServerArgs:
         """ServerArgs.check_server_args, for what the lab can meet. AssertionError as in SGLang."""
         f = self._fields
         assert (f["tp_size"] * f["pp_size"]) % f["nnodes"] == 0, "tp_size must be divisible by number of nodes"
-        if f["pp_size"] > 1:
+        if f["pp_size"] > 1 and release.at_least("0.5.23"):
+            # 523:sglang/srt/arg_groups/validation_hook.py:119-171 check_pipeline_parallel_compat (no DSPARK here)
+            assert f.get("disable_overlap_schedule"), "Pipeline parallelism is not compatible with overlap schedule"
+            algorithm = f.get("speculative_algorithm")
+            if algorithm is not None:
+                assert algorithm.upper() == "EAGLE" and not f.get("enable_multi_layer_eagle"), (
+                    "Pipeline parallelism currently only supports EAGLE (non-multi-layer) speculative decoding")
+                if env_bool("SGLANG_ENABLE_PP_SPEC"):
+                    assert (f.get("disaggregation_mode") or "null") == "null", (
+                        "SGLANG_ENABLE_PP_SPEC is not compatible with --disaggregation-mode")
+                    assert not f.get("speculative_adaptive"), (
+                        "SGLANG_ENABLE_PP_SPEC is not compatible with --speculative-adaptive")
+                    assert not self.dp_attention(), (
+                        "SGLANG_ENABLE_PP_SPEC is not compatible with attention DP (--attn-dp-size)")
+                else:
+                    assert f.get("disaggregation_mode") == "prefill", (
+                        "PP + speculative decoding (MTP) is only supported on prefill nodes "
+                        "(disaggregation-mode=prefill)")
+        elif f["pp_size"] > 1:
             assert (f.get("disable_overlap_schedule") and f.get("speculative_algorithm") is None
                     and not f.get("enable_mixed_chunk")), (
                 "Pipeline parallelism is not compatible with overlap schedule, speculative decoding, "

@@ -251,6 +251,8 @@ class Launcher:
         self.drain_poll = env_float("SGLANG_SIM_DRAIN_POLL_SECONDS", 5.0, minimum=0.01)
         self.layout_speed = parse_layout_speed(os.environ.get("SGLANG_SIM_LAYOUT_SPEED"))
         self.backend_speed = parse_backend_speed(os.environ.get("SGLANG_SIM_BACKEND_SPEED"))
+        # speculative decoding's accept length (tokens a request gains per verify step) on this lab "model"
+        self.accept_length = env_float("SGLANG_SIM_ACCEPT_LENGTH", 2.5, minimum=1.0)
         self.network = perf.Network(env_float("SGLANG_SIM_NET_GBPS", perf.NET_GBPS, positive=True),
                                     env_float("SGLANG_SIM_NET_LATENCY_US", perf.NET_LATENCY_US))
         logger.info(logutil.simulated_banner())
@@ -258,7 +260,7 @@ class Launcher:
         self.visible = hardware.visible_devices(self.spec)
         gpu_mib = self.spec.gpus[self.visible[0]].memory_total / MIB if self.visible else 0
         self.model = modelcfg.load(args.model_path)  # SGLang reads the model's config while resolving its args
-        args.post_init(gpu_mib, mla=self.model.is_mla)
+        args.post_init(gpu_mib, mla=self.model.is_mla, architecture=self.model.architecture)
         args.check()
         if args.nnodes > 1 and args.dp_size > 1:
             raise SimConfigError("multi-node data parallel attention (--nnodes %d --dp-size %d) is not simulated"
@@ -517,6 +519,14 @@ class Launcher:
         replicas = layout.dp
         engine = Engine(model_perf, self.time_scale, infos[0]["max_running_requests"] * replicas,
                         scheduler_info["max_total_num_tokens"] * replicas)
+        spec = args.speculative()
+        if spec:
+            model_perf.speculative = (spec[0], spec[1], max(1, self.model.nextn_layers))
+            # drafts from a checkpoint without its MTP layer are never accepted (SGLang loads an empty layer)
+            engine.tokens_per_step = min(float(spec[1]), self.accept_length) if self.model.draft_weights else 1.0
+            logger.info("simulator: speculative decoding %s, %d steps, %d draft tokens, accept length %.2f%s",
+                        args.speculative_algorithm, spec[0], spec[1], engine.tokens_per_step,
+                        "" if self.model.draft_weights else " (the checkpoint has no MTP weights)")
         self.state = st = server.State(args, self.model, engine, scheduler_info,
                                        dict(model_perf.describe(), layout=name), self.time_scale)
         st.startup_time = startup_time([i.get("startup_time") for i in infos], time.perf_counter() - self.started)

@@ -36,6 +36,8 @@ class Model:
         self.dense_layers = facts["dense_layers"]
         self.moe_layers = params["moe_layers"]
         self.is_mla = facts["mla"]
+        self.nextn_layers = facts["nextn_layers"]
+        self.draft_weights = facts.get("draft_weights", False)
         self.kv_lora_rank = facts["kv_lora_rank"]
         self.qk_rope = facts["qk_rope_head_dim"] or 0
         self.p_attn = params["attention_per_layer"]
@@ -87,6 +89,9 @@ def load(path):
     try:
         config, total_size = mc.load_model_dir(path)
         facts = mc.model_facts(config, total_size, name=os.path.basename(os.path.normpath(path)))
+        # the MTP (nextn) layer SGLang's NextN draft model loads: decoder layer num_hidden_layers in the weights
+        facts["draft_weights"] = bool(facts["nextn_layers"]) and mc.has_draft_weights(mc.weight_names(path),
+                                                                                    facts["num_layers"])
     except mc.ModelError as err:
         raise ModelError(str(err)) from None
     return Model(path, facts)

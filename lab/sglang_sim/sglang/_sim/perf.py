@@ -107,6 +107,7 @@ class PerfModel:
         self.layout = layout
         self.speed = speed
         self.network = network or Network()
+        self.speculative = None   # (num_steps, num_draft_tokens, draft layers) of a speculative run
         gpu = self._gpu(layout.gpus[0])
         self.bw = gpu.mem_bw * BW_EFF
         self.flops = gpu.flops * FLOPS_EFF
@@ -205,20 +206,35 @@ class PerfModel:
 
     # ------------------------------------------------------------------ steps
     def decode_step(self, batch, ctx_tokens):
-        """Seconds until every one of `batch` running requests (ctx_tokens in context together) has one more token."""
+        """Seconds until every one of `batch` running requests (ctx_tokens in context together) has one more token;
+        with speculative decoding (self.speculative = (num_steps, num_draft_tokens, draft layers)) one verify
+        step: num_steps draft passes over the batch, then one target pass over num_draft_tokens tokens of each
+        request (each request then gains the accept length's tokens, Engine.tokens_per_step)."""
         if batch <= 0:
             return 0.0
+        spec = self.speculative
+        if not spec:
+            return self._decode(batch, ctx_tokens, 1)
+        steps, draft_tokens, draft_layers = spec
+        lay = self.layout
+        per_replica = math.ceil(batch / lay.dp)
+        last = lay.stage_layers[-1][1] - 1
+        draft = draft_layers * self._layer(last, per_replica, ctx_tokens / lay.dp, lay.pp - 1)
+        draft += self.model.p_embed * self.model.bytes_per_param / lay.tp / self.bw   # the LM head of each pass
+        return self._decode(batch, ctx_tokens, draft_tokens) + steps * draft / self.speed
+
+    def _decode(self, batch, ctx_tokens, tokens_per_request):
         lay = self.layout
         batch = math.ceil(batch / lay.dp)
         ctx_tokens = ctx_tokens / lay.dp
         if lay.pp == 1:
-            gpu = self._stage(0, batch, ctx_tokens)
+            gpu = self._stage(0, batch * tokens_per_request, ctx_tokens)
             cpu = self._cpu(batch)
             return (max(gpu, cpu) if lay.overlap else gpu + cpu) / self.speed
         n_mb = min(batch, lay.pp)
         m = math.ceil(batch / n_mb)
         ctx_mb = ctx_tokens / n_mb
-        stages = [self._stage(s, m, ctx_mb) / PP_EFFICIENCY + self._cpu(m) for s in range(lay.pp)]
+        stages = [self._stage(s, m * tokens_per_request, ctx_mb) / PP_EFFICIENCY + self._cpu(m) for s in range(lay.pp)]
         xfer = sum(self.transfer(m * self.model.hidden * ACT_BYTES, b) for b in range(lay.pp - 1))
         return max(sum(stages) + xfer, n_mb * max(stages)) / self.speed
 

@@ -292,7 +292,8 @@ def test_plan_takes_one_request_object(vnuma):
                                  "dist_init_addr, fits, gpus, host, layout, listen_without_api_key, measured, "
                                  "metrics, model, model_path, nccl_topo_file, nnodes, node_rank, node_servers, "
                                  "node_topologies, port, pp_layer_partition, preflight, served_model_name, "
-                                 "server_args, sglang_version, topology, workload)"]
+                                 "server_args, sglang_version, speculative, speculative_accept_length, "
+                                 "topology, workload)"]
     with pytest.raises(planner.PlanError, match="plan\\(\\) takes a PlanRequest, got dict"):
         planner.plan({"topology": vnuma})
     request = planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8")
