@@ -133,7 +133,8 @@ from ansible_collections.topolaunch.sglang.plugins.module_utils.watchdog_install
     DEFAULTS as INSTALL, InstallError, install)
 
 SETTINGS = ("servers", "interval", "failures", "max_restarts", "load_timeout", "probe_timeout", "lock_file",
-            "state_dir", "metrics_file", "service_user", "term_timeout", "kill_timeout", "release_timeout")
+            "state_dir", "metrics_file", "service_user", "term_timeout", "kill_timeout", "release_timeout",
+            "answer_probe", "answer_every")
 ARGUMENT_SPEC = {
     "servers": {"type": "list", "elements": "dict", "default": DEFAULTS["servers"]},
     "interval": {"type": "float", "default": DEFAULTS["interval"]},
@@ -148,6 +149,8 @@ ARGUMENT_SPEC = {
     "term_timeout": {"type": "float", "default": DEFAULTS["term_timeout"]},
     "kill_timeout": {"type": "float", "default": DEFAULTS["kill_timeout"]},
     "release_timeout": {"type": "float", "default": DEFAULTS["release_timeout"]},
+    "answer_probe": {"type": "raw", "default": DEFAULTS["answer_probe"]},
+    "answer_every": {"type": "int", "default": DEFAULTS["answer_every"]},
     "name": {"type": "str", "default": INSTALL["name"]},
     "python": {"type": "path", "default": INSTALL["python"]},
     "package_dir": {"type": "path", "default": INSTALL["package_dir"]},

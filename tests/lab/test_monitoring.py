@@ -1,20 +1,24 @@
 """The monitoring stage on lab hosts (issue 23): Prometheus (Debian's real package) scraping the SGLang server, a node
 exporter (Debian's) and nvitop-exporter (PyPI, on the fake NVML), as deploy.yml's `monitoring` stage installs them.
 
-Two hosts booted from the provisioned layer (tests/lab/labhosts.py): `srv` (ssh 2540, server 35400, node exporter
-9410, GPU exporter 9411) in sglang_servers, `mon` (ssh 2541, Prometheus 35401) in the group monitoring; lab
-repository 18204, state in .lab/h23-monitoring/. One relaunch, then the cases:
+Two hosts booted from the provisioned layer (tests/lab/labhosts.py): `srv` (ssh 2540, server 35400, replicas 35401
+and 35402 when it serves tp4dp2, the gateway's metrics 35403, node exporter 9410, GPU exporter 9411) in
+sglang_servers, `mon` (ssh 2541, Prometheus 35405) in the group monitoring; lab repository 18204, state in
+.lab/h23-monitoring/. One relaunch, then the cases:
 - after `--tags monitoring`, the real Prometheus reports every target up (up == 1 for the server, the node exporter
   and the GPU exporter) and holds the GPU exporter's series for the host; the alert rules are loaded;
 - a second run changes nothing, and neither does --check;
 - playbooks/status.yml shows the plan, the unit, its health and its metrics now;
 - bad input (a listen address that is not one, a monitoring host not in the inventory, a port another program
-  holds) fails with one line naming the field, before anything changes on a host.
+  holds) fails with one line naming the field, before anything changes on a host;
+- last (it changes the layout): tp4dp2, two replicas behind the model gateway (the lab's 70B stand-in), then
+  `--tags monitoring` alone: every replica and the gateway up == 1, an sglang: series per replica.
 
     nsenter --net=/run/netns/<ns> -- .venv/bin/pytest -q tests/lab/test_monitoring.py
 """
 import json
 import os
+import pathlib
 import re
 import shutil
 import time
@@ -27,8 +31,11 @@ import labhosts
 
 NAME = "h23-monitoring"
 SRV, MON = "srv", "mon"
-SERVER_PORT, NODE_PORT, GPU_PORT, PROM_PORT = 35400, 9410, 9411, 35401
+SERVER_PORT, NODE_PORT, GPU_PORT, PROM_PORT = 35400, 9410, 9411, 35405
+REPLICA_PORTS, GATEWAY_METRICS_PORT = (35401, 35402), 35403      # the replicas: the gateway's port + 1 + i
+GW_MODEL = "llama-3.1-70b"              # the lab's 70B stand-in: one TP4 replica per socket of the field spec
 REPO_PORT = 18204
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PROM = "http://127.0.0.1:%d" % PROM_PORT
 
 LAB_MISSING = os.geteuid() != 0 or not shutil.which("systemd-nspawn") or not shutil.which("debootstrap")
@@ -39,7 +46,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.skipif(LAB_MISSING, reason="needs roo
 def lab():
     with labhosts.Lab(NAME, repo_port=REPO_PORT, hosts={
             SRV: {"ansible_port": 2540, "topolaunch_port": SERVER_PORT, "monitoring_node_exporter_port": NODE_PORT,
-                  "monitoring_gpu_exporter_port": GPU_PORT},
+                  "monitoring_gpu_exporter_port": GPU_PORT, "topolaunch_gateway_metrics_port": GATEWAY_METRICS_PORT},
             MON: {"ansible_port": 2541, "monitoring_prometheus_port": PROM_PORT},
     }, groups={"monitoring": [MON]}, settings={"launch_drain_timeout": 2}) as lab:
         rc, out = lab.play("--tags", "relaunch")
@@ -144,3 +151,31 @@ def test_bad_input_fails_before_anything_changes(lab, monitored, extra, words):
     changed = {h: r["changed"] for h, r in recap(out).items()}
     assert changed and all(v == 0 for v in changed.values()), (changed, out[-3000:])
     assert lab.ssh(files, host=MON)[1] == before
+
+
+def test_replicas_behind_the_gateway_are_scraped_each(lab, monitored):
+    """tp4dp2 (two replicas behind the gateway), then the monitoring stage alone (--tags monitoring, no plan in the
+    run): Prometheus scrapes each replica and the gateway, and holds an sglang: series of each replica."""
+    model = ROOT / "tests" / "fixtures" / "models" / GW_MODEL
+    for f in sorted(model.iterdir()):
+        rc, _ = lab.ssh("mkdir -p /srv/models/%s && cat > /srv/models/%s/%s" % (GW_MODEL, GW_MODEL, f.name), SRV,
+                        stdin=f.read_text())
+        assert rc == 0, f
+    rc, out = lab.play("--tags", "relaunch", extra={"layout": "tp4dp2", "topolaunch_model_path": "/srv/models/" + GW_MODEL})
+    assert rc == 0, out[-6000:]
+    ports = [lab.host_json("/var/lib/topolaunch/replica-%d/current_plan.json" % i, SRV)["port"] for i in (0, 1)]
+    assert ports == list(REPLICA_PORTS), ports
+    rc, out = lab.play("--tags", "monitoring")
+    assert rc == 0, out[-6000:]
+    wanted = {("sglang", "127.0.0.1:%d" % p) for p in REPLICA_PORTS} | {
+        ("sglang-gateway", "127.0.0.1:%d" % GATEWAY_METRICS_PORT)}
+
+    def up(result):
+        return {(r["metric"]["job"], r["metric"]["instance"]): r["value"][1] for r in result}
+    result = wait_for('up{job=~"sglang|sglang-gateway", host="%s"}' % SRV,
+                      lambda r: all(up(r).get(k) == "1" for k in wanted))
+    assert result is not None and set(up(result)) == wanted and set(up(result).values()) == {"1"}, result
+    # each replica's own series, labelled with its unit
+    for port in REPLICA_PORTS:
+        series = wait_for('{__name__=~"sglang:.+", instance="127.0.0.1:%d"}' % port, lambda r: len(r) > 0)
+        assert series, "no sglang: series of the replica on port %d" % port
