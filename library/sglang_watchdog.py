@@ -126,6 +126,8 @@ settings:
   type: dict
 """
 
+import re
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.topolaunch.sglang.plugins.module_utils.watchdog import DEFAULTS
@@ -159,6 +161,19 @@ ARGUMENT_SPEC = {
     "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
 }
 
+# The inventory variables that set these options through the role topolaunch.sglang.watchdog: an error names both.
+VARIABLES = {"interval": "topolaunch_watchdog_interval", "failures": "topolaunch_watchdog_failures",
+             "max_restarts": "topolaunch_watchdog_max_restarts", "load_timeout": "topolaunch_load_timeout",
+             "answer_every": "topolaunch_watchdog_answer_every", "answer_probe": "health_answer_probe"}
+
+
+def named(message):
+    """The error, then the inventory variables of the fields it names: 'interval must be ... (set by
+    topolaunch_watchdog_interval)'."""
+    message = str(message)
+    found = [v for k, v in VARIABLES.items() if re.search(r"(^|; )%s[ .:]" % k, message)]
+    return "%s (set by %s)" % (message, ", ".join(found)) if found else message
+
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
@@ -171,7 +186,7 @@ def main():
     try:
         result = install(opts, settings, check_mode=module.check_mode)
     except InstallError as exc:
-        module.fail_json(msg="sglang_watchdog: %s" % exc, stage="watchdog")
+        module.fail_json(msg="sglang_watchdog: %s" % named(exc), stage="watchdog")
     module.exit_json(stage="watchdog", **result)
 
 
