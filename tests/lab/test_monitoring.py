@@ -95,7 +95,9 @@ def test_prometheus_reports_every_target_up(lab, monitored):
     result = wait_for('up{job=~"sglang|node|gpu"}', all_up)
     assert result is not None and all_up(result), result
     # the targets are where the inventory says: 127.0.0.1 (topolaunch_host), the host's own ports
-    instances = {r["metric"]["job"]: r["metric"]["instance"] for r in result}
+    # (ours carry the label host; Debian's default configuration, which the package starts Prometheus with before
+    # the role writes its own, scrapes localhost:9100 as job node: its samples stay queryable for a few minutes)
+    instances = {r["metric"]["job"]: r["metric"]["instance"] for r in result if r["metric"].get("host") == SRV}
     assert instances == {"sglang": "127.0.0.1:%d" % SERVER_PORT, "node": "127.0.0.1:%d" % NODE_PORT,
                          "gpu": "127.0.0.1:%d" % GPU_PORT}
     # nvitop-exporter read the fake NVML: one memory total per GPU of the field spec (8)
@@ -179,3 +181,58 @@ def test_replicas_behind_the_gateway_are_scraped_each(lab, monitored):
     for port in REPLICA_PORTS:
         series = wait_for('{__name__=~"sglang:.+", instance="127.0.0.1:%d"}' % port, lambda r: len(r) > 0)
         assert series, "no sglang: series of the replica on port %d" % port
+
+
+WD_INTERVAL, WD_FAILURES, WD_PROBE_TIMEOUT, WD_TERM = 2, 2, 3, 2
+
+
+def _replica_show(lab, index, prop):
+    rc, out = lab.ssh("systemctl show -p %s --value topolaunch-sglang@%d.service" % (prop, index), SRV)
+    assert rc == 0
+    return out.strip()
+
+
+def _replica_code(lab, port, path="/generate"):
+    data = "-X POST -H 'Content-Type: application/json' -d '{\"text\": \"a b\", \"sampling_params\": " \
+           "{\"max_new_tokens\": 2}}' " if path == "/generate" else ""
+    rc, out = lab.ssh("curl -s -m 3 -o /dev/null -w '%%{http_code}' %shttp://127.0.0.1:%d%s || true"
+                      % (data, port, path), SRV)
+    return out.strip()
+
+
+def test_the_watchdog_restarts_the_hung_replica_alone(lab, monitored):
+    """After the case above (tp4dp2 runs): `--tags watchdog` alone watches each replica (read from the host); replica
+    1 hangs (the simulator's hang_after_requests fault in its env file): the watchdog restarts it, it serves again,
+    and replica 0 keeps its main pid."""
+    if _replica_show(lab, 1, "ActiveState") != "active":
+        pytest.skip("needs the replicas of test_replicas_behind_the_gateway_are_scraped_each")
+    rc, out = lab.play("--tags", "watchdog", extra={
+        "topolaunch_watchdog_interval": WD_INTERVAL, "topolaunch_watchdog_failures": WD_FAILURES,
+        "topolaunch_watchdog_max_restarts": 2, "topolaunch_load_timeout": 30,
+        "watchdog_probe_timeout": WD_PROBE_TIMEOUT, "watchdog_term_timeout": WD_TERM})
+    assert rc == 0, out[-6000:]
+    config = lab.host_json("/etc/topolaunch/watchdog.json", SRV)
+    assert [s["unit"] for s in config["servers"]] == ["topolaunch-sglang@0.service", "topolaunch-sglang@1.service"]
+    # replica 1 only: the fault in its env file, a new start
+    rc, _ = lab.ssh("echo 'SGLANG_SIM_FAULT=\"hang_after_requests:2\"' >> /etc/topolaunch/sglang@1.env && "
+                    "systemctl restart topolaunch-sglang@1.service", SRV)
+    assert rc == 0
+    deadline = time.monotonic() + 60
+    while _replica_code(lab, REPLICA_PORTS[1], "/health_generate") != "200":
+        assert time.monotonic() < deadline, "replica 1 did not serve after its restart"
+        time.sleep(1)
+    pid0, hung = _replica_show(lab, 0, "MainPID"), _replica_show(lab, 1, "InvocationID")
+    codes = [_replica_code(lab, REPLICA_PORTS[1]) for _ in range(4)]
+    assert codes[:2] == ["200", "200"] and "200" not in codes[2:], codes
+    # interval x failures (+ each failed probe's timeout), the stop (SIGTERM, SIGKILL after TERM), the load
+    bound = WD_INTERVAL * (WD_FAILURES + 1) + WD_PROBE_TIMEOUT * WD_FAILURES + WD_TERM + 60
+    deadline = time.monotonic() + bound
+    while not (_replica_show(lab, 1, "InvocationID") not in (hung, "")
+               and _replica_code(lab, REPLICA_PORTS[1], "/health_generate") == "200"):
+        assert time.monotonic() < deadline, "the watchdog did not restart replica 1 within %d s" % bound
+        time.sleep(1)
+    rc, journal = lab.ssh("journalctl -o cat -t topolaunch-watchdog --no-pager", SRV)
+    assert "topolaunch-sglang@1.service: restart: " in journal, journal[-3000:]
+    assert "topolaunch-sglang@0.service: restart: " not in journal, journal[-3000:]
+    assert _replica_show(lab, 0, "MainPID") == pid0
+    assert _replica_code(lab, REPLICA_PORTS[0]) == "200"
