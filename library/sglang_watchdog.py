@@ -70,6 +70,17 @@ options:
     description: The cleanup's seconds for the GPUs to be released and the port closed.
     type: float
     default: 60
+  answer_probe:
+    description: The answer probe after a passing probe (the health stage's known-answer question, greedy; what
+      health_answer_probe takes - auto, on, off, or a mapping with prompt and expect). A wrong answer counts as a
+      failed probe.
+    type: raw
+    default: auto
+  answer_every:
+    description: Besides at the first pass of each start and after its own failure, the answer probe runs at every
+      O(answer_every)-th passing probe; 0 - only then.
+    type: int
+    default: 120
   name:
     description: Name of the timer and service units.
     type: str
