@@ -12,7 +12,8 @@ sglang_servers, `mon` (ssh 2541, Prometheus 35405) in the group monitoring; lab 
 - bad input (a listen address that is not one, a monitoring host not in the inventory, a port another program
   holds) fails with one line naming the field, before anything changes on a host;
 - last (it changes the layout): tp4dp2, two replicas behind the model gateway (the lab's 70B stand-in), then
-  `--tags monitoring` alone: every replica and the gateway up == 1, an sglang: series per replica.
+  `--tags monitoring` alone: every replica and the gateway up == 1, an sglang: series per replica, status.yml per
+  replica; then `--tags watchdog` alone watches each replica, and a hung replica is restarted by it alone.
 
     nsenter --net=/run/netns/<ns> -- .venv/bin/pytest -q tests/lab/test_monitoring.py
 """
@@ -181,6 +182,13 @@ def test_replicas_behind_the_gateway_are_scraped_each(lab, monitored):
     for port in REPLICA_PORTS:
         series = wait_for('{__name__=~"sglang:.+", instance="127.0.0.1:%d"}' % port, lambda r: len(r) > 0)
         assert series, "no sglang: series of the replica on port %d" % port
+    # status.yml shows each replica: its unit, its health and its metrics
+    run = lab.playbook("playbooks/status.yml")
+    assert run.returncode == 0, run.stdout[-4000:]
+    for i, port in enumerate(REPLICA_PORTS):
+        assert "server: topolaunch-sglang@%d.service at http://127.0.0.1:%d" % (i, port) in run.stdout, run.stdout[-3000:]
+        assert "health: ok (http://127.0.0.1:%d/health 200)" % port in run.stdout, run.stdout[-3000:]
+    assert len(re.findall(r"now: \d+ running, \d+ queued", run.stdout)) == 2, run.stdout[-3000:]
 
 
 WD_INTERVAL, WD_FAILURES, WD_PROBE_TIMEOUT, WD_TERM = 2, 2, 3, 2
