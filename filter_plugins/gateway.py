@@ -4,6 +4,7 @@ module sglang_plan adds replicas and gateway to a plan).
     replicas: "{{ plan | topolaunch.sglang.replica_servers(state_dir, env_file) }}"
     stale: "{{ unit_files | topolaunch.sglang.stale_units(plan, single_unit, template, gateway_unit) }}"
     watched: "{{ plan | topolaunch.sglang.watched_servers(single_unit, state_dir, env_file) }}"
+    served: "{{ replica_records | topolaunch.sglang.host_served_plan(unit_files, gateway_unit) }}"
 """
 import os
 
@@ -42,6 +43,33 @@ def watched_servers(plan, single_unit, state_dir, env_file):
     return [{"unit": single_unit, "current_plan": os.path.join(str(state_dir), "current_plan.json")}]
 
 
+def host_served_plan(records, unit_files, gateway_unit=gateway.UNIT_NAME):
+    """The replicas a host serves, rebuilt from what is on it, for a stage run without a plan (`--tags monitoring`
+    or `--tags watchdog` alone): a plan with `replicas` (the fields replicas.replica_plan took from each) and
+    `gateway` ({unit}, when its unit file is there), from the records of the replicas (replica-<i>/
+    current_plan.json: each replica_plan's output, its `replica` saying which) whose unit files are there
+    (`unit_files`: names or paths). {} when none is: one server (a replica's record left from an earlier layout has
+    no unit any more)."""
+    names = {os.path.basename(str(p)) for p in unit_files or []}
+    found = []
+    for record in records or []:
+        which = record.get("replica") if isinstance(record, dict) else None
+        if isinstance(which, dict) and which.get("unit") in names and isinstance(which.get("index"), int):
+            found.append(record)
+    if not found:
+        return {}
+    found.sort(key=lambda r: r["replica"]["index"])
+    out = {k: v for k, v in found[0].items() if k != "replica"}
+    out["replicas"] = [{"index": r["replica"]["index"], "unit": r["replica"]["unit"],
+                        "gpu_indices": list(r.get("gpu_indices") or []),
+                        "cuda_visible_devices": r.get("cuda_visible_devices", ""), "env": dict(r.get("env") or {}),
+                        "argv": list(r.get("argv") or []), "host": r.get("host"), "port": r.get("port")}
+                       for r in found]
+    if gateway_unit in names:
+        out["gateway"] = {"unit": gateway_unit}
+    return out
+
+
 def stale_units(unit_files, plan, single_unit, template=replicas.UNIT_TEMPLATE, gateway_unit=gateway.UNIT_NAME):
     """The units of ours on the host (`unit_files`: names or paths in the unit directory) that the plan does not
     run, the other shape's: with replicas, the single unit and replica instances beyond the plan's; without, every
@@ -72,4 +100,5 @@ class FilterModule:
     """topolaunch.sglang gateway and replica filters."""
 
     def filters(self):
-        return {"replica_servers": replica_servers, "stale_units": stale_units, "watched_servers": watched_servers}
+        return {"replica_servers": replica_servers, "stale_units": stale_units, "watched_servers": watched_servers,
+                "host_served_plan": host_served_plan}

@@ -8,8 +8,9 @@ the stage from running (checked on the controller before anything changes on a h
     settings | topolaunch.sglang.monitoring_rules                                    -> the rules file (a mapping)
 
 The targets (one rule, here): every SGLang server of `sglang_servers` (node 0 of a server across nodes: the only
-node that serves the API and /metrics; one target per replica when this run's plan (topolaunch_plan) serves
-replicas, else per port of `topolaunch_replica_ports`), the gateway of a host whose plan serves replicas or that
+node that serves the API and /metrics; one target per replica when this run's plan (topolaunch_plan), or else what
+the host runs (relaunch_host_plan, read from it when the stage runs alone), serves replicas, else per port of
+`topolaunch_replica_ports`), the gateway of a host whose plan serves replicas or that
 sets `topolaunch_gateway_metrics_port`, and on every host of `gpu_hosts` a node exporter and a GPU exporter. Each
 listens at its host's `monitoring_listen_address` (the server at `topolaunch_host`); Prometheus scrapes that address,
 or the host's `ansible_host` when it is a wildcard.
@@ -90,7 +91,8 @@ def _endpoints(hostvars, groups):
         nodes = _var(hostvars, host, "topolaunch_nodes", []) or []
         if len(nodes) >= 2 and host != nodes[0]:
             continue  # a worker node serves only SGLang's dummy health check, no /metrics
-        plan = _var(hostvars, host, "topolaunch_plan", {}) or {}
+        # this run's plan, else what the host runs (relaunch_host_plan: the stage run alone, playbooks/monitoring.yml)
+        plan = _var(hostvars, host, "topolaunch_plan", {}) or _var(hostvars, host, "relaunch_host_plan", {}) or {}
         served = [r for r in (plan.get("replicas") or []) if isinstance(r, dict)] if isinstance(plan, dict) else []
         replicas = _var(hostvars, host, "topolaunch_replica_ports", []) or []
         if served:      # this run's plan serves replicas (topolaunch_gateway): each replica where the plan put it

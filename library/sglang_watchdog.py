@@ -70,6 +70,17 @@ options:
     description: The cleanup's seconds for the GPUs to be released and the port closed.
     type: float
     default: 60
+  answer_probe:
+    description: The answer probe after a passing probe (the health stage's known-answer question, greedy; what
+      health_answer_probe takes - auto, on, off, or a mapping with prompt and expect). A wrong answer counts as a
+      failed probe.
+    type: raw
+    default: auto
+  answer_every:
+    description: Besides at the first pass of each start and after its own failure, the answer probe runs at every
+      O(answer_every)-th passing probe; 0 - only then.
+    type: int
+    default: 120
   name:
     description: Name of the timer and service units.
     type: str
@@ -126,6 +137,8 @@ settings:
   type: dict
 """
 
+import re
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.topolaunch.sglang.plugins.module_utils.watchdog import DEFAULTS
@@ -133,7 +146,8 @@ from ansible_collections.topolaunch.sglang.plugins.module_utils.watchdog_install
     DEFAULTS as INSTALL, InstallError, install)
 
 SETTINGS = ("servers", "interval", "failures", "max_restarts", "load_timeout", "probe_timeout", "lock_file",
-            "state_dir", "metrics_file", "service_user", "term_timeout", "kill_timeout", "release_timeout")
+            "state_dir", "metrics_file", "service_user", "term_timeout", "kill_timeout", "release_timeout",
+            "answer_probe", "answer_every")
 ARGUMENT_SPEC = {
     "servers": {"type": "list", "elements": "dict", "default": DEFAULTS["servers"]},
     "interval": {"type": "float", "default": DEFAULTS["interval"]},
@@ -148,6 +162,8 @@ ARGUMENT_SPEC = {
     "term_timeout": {"type": "float", "default": DEFAULTS["term_timeout"]},
     "kill_timeout": {"type": "float", "default": DEFAULTS["kill_timeout"]},
     "release_timeout": {"type": "float", "default": DEFAULTS["release_timeout"]},
+    "answer_probe": {"type": "raw", "default": DEFAULTS["answer_probe"]},
+    "answer_every": {"type": "int", "default": DEFAULTS["answer_every"]},
     "name": {"type": "str", "default": INSTALL["name"]},
     "python": {"type": "path", "default": INSTALL["python"]},
     "package_dir": {"type": "path", "default": INSTALL["package_dir"]},
@@ -155,6 +171,19 @@ ARGUMENT_SPEC = {
     "unit_dir": {"type": "path", "default": INSTALL["unit_dir"]},
     "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
 }
+
+# The inventory variables that set these options through the role topolaunch.sglang.watchdog: an error names both.
+VARIABLES = {"interval": "topolaunch_watchdog_interval", "failures": "topolaunch_watchdog_failures",
+             "max_restarts": "topolaunch_watchdog_max_restarts", "load_timeout": "topolaunch_load_timeout",
+             "answer_every": "topolaunch_watchdog_answer_every", "answer_probe": "health_answer_probe"}
+
+
+def named(message):
+    """The error, then the inventory variables of the fields it names: 'interval must be ... (set by
+    topolaunch_watchdog_interval)'."""
+    message = str(message)
+    found = [v for k, v in VARIABLES.items() if re.search(r"(^|; )%s[ .:]" % k, message)]
+    return "%s (set by %s)" % (message, ", ".join(found)) if found else message
 
 
 def main():
@@ -168,7 +197,7 @@ def main():
     try:
         result = install(opts, settings, check_mode=module.check_mode)
     except InstallError as exc:
-        module.fail_json(msg="sglang_watchdog: %s" % exc, stage="watchdog")
+        module.fail_json(msg="sglang_watchdog: %s" % named(exc), stage="watchdog")
     module.exit_json(stage="watchdog", **result)
 
 

@@ -4,13 +4,16 @@ them from the doc fragment topolaunch.sglang.common. A unit test keeps the three
 import json
 import os
 
-__all__ = ["UNIT_NAME", "STATE_DIR", "CURRENT_PLAN", "LAST_GOOD_PLAN", "ENV_FILE", "UNIT_DIR", "VENV_ROOT",
+__all__ = ["UNIT_NAME", "STATE_DIR", "CURRENT_PLAN", "LAST_GOOD_PLAN", "SERVER_CONFIG", "ENV_FILE", "UNIT_DIR", "VENV_ROOT",
            "SGLANG_VERSION_FILE", "SERVICE_USER", "SERVICE_GROUP", "TOOLS_PYTHON", "SERVER_KEYS", "sglang_python",
            "state_file", "server_view", "base_version"]
 
 UNIT_NAME = "topolaunch-sglang.service"
 STATE_DIR = "/var/lib/topolaunch"
 CURRENT_PLAN = "current_plan.json"          # the plan the unit runs (written by the launch when it (re)starts it)
+# The server's own config file (`--config FILE.yaml`, read by SGLang inside its process) beside the plan record:
+# the secrets that must not be on its command line (api-key: "<JSON string>"). Written by the launch role.
+SERVER_CONFIG = "sglang-config.yaml"
 LAST_GOOD_PLAN = "last_good_plan.json"      # the plan health last verified (the rollback target)
 ENV_FILE = "/etc/topolaunch/sglang.env"
 UNIT_DIR = "/etc/systemd/system"

@@ -44,7 +44,7 @@ import shutil
 import tempfile
 
 from .constants import ENV_FILE, SERVER_KEYS, SERVICE_USER, STATE_DIR, UNIT_DIR, UNIT_NAME, CURRENT_PLAN, VENV_ROOT
-from .constants import LAST_GOOD_PLAN
+from .constants import LAST_GOOD_PLAN, SERVER_CONFIG
 from .constants import SGLANG_VERSION_FILE, base_version, server_view, sglang_python, state_file
 from .system import file_differs, journal, run as _run, show, write_atomic
 from .cleanup import port_problem
@@ -91,9 +91,7 @@ NOTHING_STOPPED = "nothing was stopped"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ENV_LINE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*=".*"$')
 FINGERPRINT = re.compile(r"^[0-9a-f]{12}$")
-# The server's own config file (`--config FILE.yaml`, read by SGLang inside its process): the secrets that must not
-# be on its command line (api-key). Owned by the service user, 0600, under state_dir.
-SERVER_CONFIG = "sglang-config.yaml"
+# The server's own config file (constants.SERVER_CONFIG): owned by the service user, 0600, under state_dir.
 CONFIG_LINE = re.compile(r'^[a-z][a-z0-9-]*: ".*"$')
 
 

@@ -20,7 +20,14 @@ file; a replica is one more entry, its own unit), `decide()` is the rule:
 4. The probe passed: the count is 0, the server has served since this start.
 5. It failed while the server has not served since this start and the start is younger than `load_timeout`
    (the launch's load timeout, health_startup_timeout): loading, not a failure.
-6. Otherwise a failure; at `failures` consecutive failures the server is restarted: its unit is stopped and
+6. The answer probe (issue 28: health.answer_probe, the health stage's known-answer question, greedy) runs after a
+   passing probe when it is due: at the first pass of each start (a launch, a crash's restart, the watchdog's own
+   restart), after each of its failures (until it passes again or the server is restarted), and every
+   `answer_every`-th pass besides (0: only then). A wrong answer is a failure like a hung probe (the server has
+   served, so no loading grace). Why not every run: the probe decodes up to its max_tokens (64) greedily, where
+   /health_generate decodes one token; every 30 s that would be ~120 requests of 64 tokens an hour in the batch,
+   for a fault (a garbling setting) that shows at the first answer after a start and does not come by itself.
+7. Otherwise a failure; at `failures` consecutive failures the server is restarted: its unit is stopped and
    what is left of it on its GPUs and port stopped and the memory verified released, by the project's cleanup
    (cleanup.py: the unit's exact cgroup, SIGTERM then SIGKILL on deadlines), then the unit is started; unless
    `max_restarts` restarts happened in the last hour: then the server is stopped the same way and left down,
@@ -40,8 +47,9 @@ import time
 import urllib.error
 import urllib.request
 
+from . import health as _health
 from .cleanup import CleanupError, cleanup
-from .constants import CURRENT_PLAN, SERVICE_USER, STATE_DIR, UNIT_NAME, state_file
+from .constants import CURRENT_PLAN, SERVER_CONFIG, SERVICE_USER, STATE_DIR, UNIT_NAME, state_file
 from .system import run as _run, show
 
 __all__ = ["DEFAULTS", "SettingsError", "check_settings", "probe", "decide", "run_once", "render_metrics",
@@ -63,6 +71,9 @@ DEFAULTS = {
     "term_timeout": 30,
     "kill_timeout": 10,
     "release_timeout": 60,
+    # the answer probe's settings (health.probe_settings: auto, on, off, {prompt, expect, ...}); every N-th pass
+    "answer_probe": "auto",
+    "answer_every": 120,
 }
 # name -> (type, help): the metrics file, one series per watched unit (label unit)
 METRICS = {
@@ -109,6 +120,11 @@ def check_settings(settings):
     _number(s["interval"], "interval", False, 0, errors)
     _number(s["failures"], "failures", True, 0, errors)
     _number(s["max_restarts"], "max_restarts", True, 0, errors, strict=False)
+    _number(s["answer_every"], "answer_every", True, 0, errors, strict=False)
+    try:
+        _health.probe_settings(s["answer_probe"])
+    except ValueError as err:
+        errors.append(str(err))
     for field in ("load_timeout", "probe_timeout", "term_timeout", "kill_timeout", "release_timeout"):
         _number(s[field], field, False, 0, errors)
     for field in ("lock_file", "state_dir", "metrics_file"):
@@ -167,7 +183,47 @@ def probe(host, port, timeout, opener=None):
 
 def new_state():
     return {"invocation": None, "served": False, "failures": 0, "restarts": [], "restarts_total": 0,
-            "gave_up": False, "last": None}
+            "gave_up": False, "last": None, "answered": None, "answer_failed": False, "since_answer": 0}
+
+
+def new_start(state, unit):
+    """A new start of the unit (its InvocationID changed): the counts start again. Idempotent."""
+    invocation = unit.get("InvocationID") or None
+    if invocation != state["invocation"]:
+        state.update(invocation=invocation, served=False, failures=0, gave_up=False, answer_failed=False)
+
+
+def answer_due(state, s):
+    """Whether this run asks the answer probe after a passing probe: not yet answered since this start, its last
+    answer was wrong, or `answer_every` passes since the last answer (0: never for that reason)."""
+    if state["answered"] != state["invocation"] or state["answer_failed"]:
+        return True
+    return s["answer_every"] > 0 and state["since_answer"] + 1 >= s["answer_every"]
+
+
+def server_api_key(plan_path):
+    """The server's API key as the launch wrote it (`api-key: "<JSON string>"` in SERVER_CONFIG beside the plan
+    record), or '' when it has none."""
+    try:
+        with open(os.path.join(os.path.dirname(plan_path), SERVER_CONFIG), encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("api-key: "):
+                    return json.loads(line.partition(": ")[2])
+    except (OSError, ValueError):
+        pass
+    return ""
+
+
+def check_answer(state, plan, plan_path, s, http=None):
+    """(passed, detail) of the answer probe, updating `state` (answered, answer_failed, since_answer, served)."""
+    try:
+        out = _health.answer_probe(plan, s["answer_probe"], http=http or _health.http_request,
+                                   api_key=server_api_key(plan_path), timeout=s["probe_timeout"])
+    except _health.HealthError as err:
+        state.update(answer_failed=True, served=True)     # it generated: a wrong answer is no loading
+        return False, "%s answered 200, but %s" % (PROBE_PATH, str(err)[:1].lower() + str(err)[1:])
+    state.update(answered=state["invocation"], answer_failed=False, since_answer=0)
+    return True, "%s answered 200; %s" % (PROBE_PATH, out["summary"])
 
 
 def decide(state, unit, probe_result, now, mono, s, lock_held):
@@ -185,9 +241,7 @@ def decide(state, unit, probe_result, now, mono, s, lock_held):
             return "down", "left down after %d restarts in the last hour (limit %d)" % (
                 len(state["restarts"]), s["max_restarts"])
         return "skip_inactive", "the unit is %s: not watched until it runs" % active
-    invocation = unit.get("InvocationID") or None
-    if invocation != state["invocation"]:
-        state.update(invocation=invocation, served=False, failures=0, gave_up=False)
+    new_start(state, unit)
     started = int(unit.get("ExecMainStartTimestampMonotonic") or 0) / 1e6
     age = mono - started if started else None
     passed, detail = probe_result
@@ -321,7 +375,7 @@ def _say(line, stream=None):
 
 
 def run_once(settings, nvml=None, run=_run, opener=None, log=_say, clock=time.monotonic,
-             wall=time.time, sleep=time.sleep):
+             wall=time.time, sleep=time.sleep, http=None):
     """One watchdog run over every server; returns [(unit, action, message)]. Logs one line per server (a
     restart and a give-up at error priority, `<3>`: the journal's sd-daemon prefix)."""
     s = check_settings(settings)
@@ -340,6 +394,11 @@ def run_once(settings, nvml=None, run=_run, opener=None, log=_say, clock=time.mo
                 if fd is not None and info.get("ActiveState") in ACTIVE:
                     host, port = probe_address(plan)
                     result = probe(host, port, s["probe_timeout"], opener)
+                    new_start(state, info)
+                    if result[0] and answer_due(state, s):
+                        result = check_answer(state, plan, plan_path, s, http)
+                    elif result[0]:
+                        state["since_answer"] += 1
                 action, message = decide(state, info, result, wall(), clock(), s, fd is None)
                 if action in ("restart", "give_up"):
                     try:

@@ -3,7 +3,7 @@
 What goes on the host (docs/DESIGN.md "Target paths"):
 
 - `<package_dir>/topolaunch_watchdog/`: watchdog.py and the modules it uses (cleanup.py, constants.py,
-  system.py), copied from the very module_utils this module runs with (their sources read through the import
+  system.py; health.py, health_nodes.py and text.py for the answer probe), copied from the very module_utils this module runs with (their sources read through the import
   system, so the same code in the repository, the installed collection and an AnsiballZ payload);
 - `<config_file>` (JSON, root 0644, no secret): the checked watchdog settings (watchdog.DEFAULTS' keys);
 - `<unit_dir>/<name>.service`: a oneshot running `<python> -m topolaunch_watchdog.watchdog <config_file>` as root
@@ -21,6 +21,7 @@ import os
 import shutil
 
 from . import cleanup as _cleanup, constants as _constants, system as _system, watchdog as _watchdog
+from . import health as _health, health_nodes as _health_nodes, text as _text
 from .system import file_differs, run as _run, write_atomic
 from .watchdog import SettingsError, check_settings
 
@@ -44,7 +45,7 @@ class InstallError(Exception):
 def package_sources():
     """{file name: source} of the watchdog's package (the modules as this process imported them)."""
     out = {"__init__.py": '"""The topolaunch watchdog, installed by the sglang_watchdog module. Do not edit."""\n'}
-    for module in (_watchdog, _cleanup, _constants, _system):
+    for module in (_watchdog, _cleanup, _constants, _system, _health, _health_nodes, _text):
         loader = getattr(module, "__loader__", None)
         source = loader.get_source(module.__name__) if loader is not None else None
         if source is None:

@@ -87,8 +87,10 @@ def test_bad_interval_or_failures_fail_naming_the_field_before_anything_changes(
     assert rc == 0, out[-6000:]
     before = sh(lab, "cat /etc/topolaunch/watchdog.json")
     assert json.loads(before)["interval"] == INTERVAL
-    for field, value, words in (("topolaunch_watchdog_interval", 0, "interval must be a number > 0, got 0"),
-                                ("topolaunch_watchdog_failures", -1, "failures must be an integer > 0, got -1")):
+    for field, value, words in (("topolaunch_watchdog_interval", 0, "interval must be a number > 0, got 0 "
+                                                                     "(set by topolaunch_watchdog_interval)"),
+                                ("topolaunch_watchdog_failures", -1, "failures must be an integer > 0, got -1 "
+                                                                     "(set by topolaunch_watchdog_failures)")):
         rc, out = lab.play("--tags", "watchdog", extra={field: value})
         assert rc != 0 and words in out, out[-3000:]
     assert sh(lab, "cat /etc/topolaunch/watchdog.json") == before

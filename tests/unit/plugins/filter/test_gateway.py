@@ -5,7 +5,8 @@ import pytest
 import yaml
 
 from plan_cases import model_path, synth_facts
-from ansible_collections.topolaunch.sglang.plugins.filter.gateway import FilterModule, replica_servers, stale_units, watched_servers
+from ansible_collections.topolaunch.sglang.plugins.filter.gateway import (FilterModule, host_served_plan, replica_servers,
+                                                                         stale_units, watched_servers)
 from ansible_collections.topolaunch.sglang.plugins.module_utils import gateway, planner
 
 ROOT = pathlib.Path(__file__).resolve().parents[4]
@@ -69,5 +70,28 @@ def test_the_watchdog_watches_each_replica_or_the_one_server(field):
     assert watched_servers(plan, *args) == one and watched_servers({}, *args) == one
 
 
+def test_what_the_host_serves_is_rebuilt_from_its_replica_records_and_units(field):
+    """A stage run alone (--tags monitoring, --tags watchdog) has no plan: the replicas the host runs come from
+    their records (each replica's own plan, as the launch wrote it) and their unit files; each replica's plan
+    rebuilt from it is the record, so every consumer of a served plan takes it."""
+    plan, facts = field()
+    served = gateway_serve(plan, facts)
+    records = [r["plan"] for r in replica_servers(served, "/var/lib/topolaunch", "/etc/topolaunch/sglang.env")]
+    units = ["/etc/systemd/system/topolaunch-sglang@1.service", "/etc/systemd/system/topolaunch-sglang@0.service",
+             "/etc/systemd/system/topolaunch-gateway.service"]
+    rebuilt = host_served_plan(list(reversed(records)), units)
+    assert [(r["unit"], r["port"]) for r in rebuilt["replicas"]] == [("topolaunch-sglang@0.service", 30001),
+                                                                     ("topolaunch-sglang@1.service", 30002)]
+    assert rebuilt["gateway"] == {"unit": "topolaunch-gateway.service"}
+    assert [r["plan"] for r in replica_servers(rebuilt, "/var/lib/topolaunch", "/e.env")] == records
+    args = ("topolaunch-sglang.service", "/var/lib/topolaunch", "/etc/topolaunch/sglang.env")
+    assert watched_servers(rebuilt, *args) == watched_servers(served, *args)
+    # a record whose unit is gone (the box went back to one server) is not served; none at all: one server
+    assert [r["unit"] for r in host_served_plan(records, units[:1])["replicas"]] == ["topolaunch-sglang@1.service"]
+    assert "gateway" not in host_served_plan(records, units[:1])
+    assert host_served_plan(records, ["/etc/systemd/system/topolaunch-sglang.service"]) == {}
+    assert host_served_plan([], units) == {} and host_served_plan([{"port": 1}, None], units) == {}
+
+
 def test_filters_are_registered():
-    assert set(FilterModule().filters()) == {"replica_servers", "stale_units", "watched_servers"}
+    assert set(FilterModule().filters()) == {"replica_servers", "stale_units", "watched_servers", "host_served_plan"}

@@ -56,6 +56,15 @@ def test_the_replicas_this_runs_plan_serves_and_their_gateway_are_scraped():
     single = {j["job_name"]: j for j in m.monitoring_scrape_configs(
         ["mon"], hostvars(field={"topolaunch_plan": {"port": 30000}}), GROUPS)}
     assert list(single) == ["sglang", "node", "gpu"]
+    # the stage run alone (no plan in the run): what the host runs, read from it (relaunch_host_plan)
+    alone = {j["job_name"]: j for j in m.monitoring_scrape_configs(
+        ["mon"], hostvars(field={"relaunch_host_plan": plan}), GROUPS)}
+    assert [c["targets"][0] for c in alone["sglang"]["static_configs"]] == ["10.0.0.1:30001", "10.0.0.1:30002"]
+    assert alone["sglang-gateway"]["static_configs"][0]["targets"] == ["10.0.0.1:29000"]
+    # this run's plan wins over what the host ran before it
+    run = {j["job_name"]: j for j in m.monitoring_scrape_configs(
+        ["mon"], hostvars(field={"relaunch_host_plan": plan, "topolaunch_plan": {"port": 30000}}), GROUPS)}
+    assert list(run) == ["sglang", "node", "gpu"]
 
 
 def test_a_server_across_nodes_is_scraped_on_node_0_only():

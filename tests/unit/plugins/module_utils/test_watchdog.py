@@ -111,6 +111,9 @@ def test_a_stopped_unit_is_not_watched():
     ("servers", [{"unit": "x; rm", "current_plan": "/p"}], "servers[0].unit must be a systemd service name"),
     ("servers", [{"unit": "a.service", "current_plan": "/p\n"}], "servers[0].current_plan must be an absolute"),
     ("bogus", 1, "unknown watchdog setting(s) bogus"),
+    ("answer_every", -1, "answer_every must be an integer >= 0, got -1"),
+    ("answer_probe", {"prompt": "say hi"}, "answer_probe.expect: missing"),
+    ("answer_probe", "sometimes", "answer_probe: 'sometimes' is not auto, on, off"),
 ])
 def test_bad_settings_are_named(field, value, words):
     with pytest.raises(SettingsError) as err:
@@ -266,3 +269,81 @@ def test_main_refuses_bad_settings_in_one_line(tmp_path, capsys):
     assert watchdog.main([str(path)]) == 2
     out = capsys.readouterr().out
     assert out.count("\n") == 1 and "interval must be a number > 0, got 0" in out
+
+
+# ------------------------------------------------------------------------------------------- the answer probe
+class Answers:
+    """The server's chat completions faked: repeats the probe's number (right) or answers filler (wrong)."""
+
+    def __init__(self):
+        self.right, self.calls = True, []
+
+    def __call__(self, method, url, body=None, headers=None, timeout=60.0):
+        self.calls.append((method, url, dict(headers or {}), timeout))
+        number = body["messages"][0]["content"].rsplit(" ", 1)[1]
+        text = number if self.right else "the of and the of and"
+        return 200, json.dumps({"choices": [{"message": {"content": text}, "finish_reason": "stop"}],
+                                "usage": {"completion_tokens": 4}})
+
+
+@pytest.fixture
+def instruct(settings, tmp_path):
+    """The settings' server serves an instruct model (a chat template in its directory) with an API key."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages }}"}))
+    plan_path = settings["servers"][0]["current_plan"]
+    with open(plan_path, encoding="utf-8") as f:
+        plan = json.load(f)
+    plan.update(model_path=str(model), served_model_name="m")
+    with open(plan_path, "w", encoding="utf-8") as f:
+        json.dump(plan, f)
+    (tmp_path / "sglang-config.yaml").write_text('# managed\napi-key: "s3cret"\n')
+    return dict(settings, answer_every=3)
+
+
+def test_the_answer_probe_runs_after_each_start_every_nth_pass_and_a_wrong_answer_restarts(instruct, monkeypatch):
+    systemd = Systemd({"topolaunch-sglang.service": dict(unit(started=1.0))})
+    monkeypatch.setattr(watchdog, "cleanup", lambda opts, nvml: {"summary": "released"})
+    answers, lines, t = Answers(), [], [100.0]
+    kw = dict(nvml=object(), run=systemd, opener=lambda url, timeout: Resp(200), log=lines.append,
+              clock=lambda: t[0], wall=lambda: 5000.0, sleep=lambda seconds: t.__setitem__(0, t[0] + seconds),
+              http=answers)
+    # the first pass of the start asks it (with the server's key, the probe's timeout), then every 3rd pass
+    actions = [watchdog.run_once(instruct, **kw)[0][1] for _ in range(7)]
+    assert actions == ["ok"] * 7
+    assert len(answers.calls) == 3, answers.calls          # passes 1, 4 and 7
+    method, url, headers, timeout = answers.calls[0]
+    assert (method, url, headers, timeout) == ("POST", "http://127.0.0.1:30000/v1/chat/completions",
+                                               {"Authorization": "Bearer s3cret"}, 1)
+    assert "the answer probe passed" in lines[0] and "the answer probe" not in lines[1]
+    assert "s3cret" not in "".join(lines)
+    # a wrong answer is a failure at once (the server served: no loading grace); the next run asks again
+    answers.right = False
+    out = [watchdog.run_once(instruct, **kw)[0] for _ in range(3)]
+    assert [a for _, a, _ in out] == ["ok", "ok", "fail"]
+    assert "/health_generate answered 200, but the answer probe failed" in out[2][2] and "s3cret" not in out[2][2]
+    assert watchdog.run_once(instruct, **kw)[0][1] == "restart" and len(answers.calls) == 5
+    # the new start: its first pass asks again
+    systemd.units["topolaunch-sglang.service"] = dict(unit("inv2", started=1.0))
+    answers.right = True
+    assert watchdog.run_once(instruct, **kw)[0][1] == "ok" and len(answers.calls) == 6
+    # answer_every 0: only after a start
+    zero = dict(instruct, answer_every=0)
+    assert [watchdog.run_once(zero, **kw)[0][1] for _ in range(5)] == ["ok"] * 5 and len(answers.calls) == 6
+    systemd.units["topolaunch-sglang.service"] = dict(unit("inv3", started=1.0))
+    assert watchdog.run_once(zero, **kw)[0][1] == "ok" and len(answers.calls) == 7
+
+
+def test_the_answer_probe_off_or_a_base_model_asks_nothing(instruct, settings, monkeypatch):
+    systemd = Systemd({"topolaunch-sglang.service": dict(unit(started=1.0))})
+    answers = Answers()
+    kw = dict(nvml=object(), run=systemd, opener=lambda url, timeout: Resp(200), log=lambda line: None,
+              clock=lambda: 100.0, wall=lambda: 5000.0, http=answers)
+    assert [watchdog.run_once(dict(instruct, answer_probe="off"), **kw)[0][1] for _ in range(4)] == ["ok"] * 4
+    with open(instruct["servers"][0]["current_plan"], encoding="utf-8") as f:
+        plan = json.load(f)
+    os.remove(os.path.join(plan["model_path"], "tokenizer_config.json"))     # a base model: auto skips it
+    out = [watchdog.run_once(dict(instruct, state_dir=instruct["state_dir"] + "2"), **kw)[0] for _ in range(4)]
+    assert [a for _, a, _ in out] == ["ok"] * 4 and answers.calls == []
+    assert "the answer probe was skipped: a base model" in out[0][2]

@@ -37,7 +37,7 @@ def test_install_writes_everything_once_and_starts_the_timer(tmp_path):
     systemctl = Systemctl()
     o = opts(tmp_path)
     first = install(o, {"interval": 2, "failures": 2}, run=systemctl, owner=owner())
-    assert first["changed"] and len(first["files"]) == 8
+    assert first["changed"] and len(first["files"]) == 11      # 8 modules, the config, the service, the timer
     assert ["systemctl", "daemon-reload"] in systemctl.calls
     assert ["systemctl", "enable", "--now", "topolaunch-watchdog.timer"] in systemctl.calls
     timer = (tmp_path / "units/topolaunch-watchdog.timer").read_text()
@@ -97,5 +97,6 @@ def test_paths_with_spaces_are_refused(tmp_path):
 
 def test_package_sources_are_the_running_modules():
     sources = watchdog_install.package_sources()
-    assert set(sources) == {"__init__.py", "watchdog.py", "cleanup.py", "constants.py", "system.py"}
+    assert set(sources) == {"__init__.py", "watchdog.py", "cleanup.py", "constants.py", "system.py",
+                            "health.py", "health_nodes.py", "text.py"}     # the last three: the answer probe
     assert "def decide(" in sources["watchdog.py"] and "def cleanup(" in sources["cleanup.py"]

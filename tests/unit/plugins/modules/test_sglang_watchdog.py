@@ -11,9 +11,12 @@ def args(tmp_path, **extra):
 
 
 @pytest.mark.parametrize("field, value, words", [
-    ("interval", 0, "interval must be a number > 0, got 0"),
-    ("interval", -1, "interval must be a number > 0, got -1"),
-    ("failures", 0, "failures must be an integer > 0, got 0"),
+    ("interval", 0, "interval must be a number > 0, got 0 (set by topolaunch_watchdog_interval)"),
+    ("interval", -1, "interval must be a number > 0, got -1 (set by topolaunch_watchdog_interval)"),
+    ("failures", 0, "failures must be an integer > 0, got 0 (set by topolaunch_watchdog_failures)"),
+    ("answer_every", -2, "answer_every must be an integer >= 0, got -2 (set by topolaunch_watchdog_answer_every)"),
+    ("answer_probe", {"prompt": "hi"}, "answer_probe.expect: missing: a probe with a prompt needs the text its"),
+    ("answer_probe", {"prompt": "hi"}, "(set by health_answer_probe)"),
 ])
 def test_bad_input_is_one_line_naming_the_field(tmp_path, run_module, field, value, words):
     code, result, _ = run_module(sglang_watchdog, args(tmp_path, **{field: value}))
