@@ -486,3 +486,26 @@ def test_listening_everywhere_without_an_api_key_is_refused_unless_asked_for(vnu
 def test_a_fraction_that_is_not_a_fraction_is_refused_naming_the_field(vnuma, value, words):
     """Issue 25 item 14: "nan", "inf" and 1e308 raised a traceback (int(NaN) in the memory estimate)."""
     assert words in refused(vnuma, "tp8", server_args={"mem_fraction_static": value})
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("host", ["127.0.0.1"], "host (topolaunch_host) must be one address (a non-empty string), got ['127.0.0.1']"),
+    ("host", "127.0.0.1:30000", "host (topolaunch_host) '127.0.0.1:30000' is an address with a port"),
+    ("host", "[::1]:30000", "host (topolaunch_host) '[::1]:30000' is an address with a port"),
+    ("host", "127.0.0.1 10.0.0.1", "host (topolaunch_host) '127.0.0.1 10.0.0.1' contains a blank"),
+    ("port", True, "port (topolaunch_port) must be an integer, got True"),
+    ("port", 80, "port (topolaunch_port) 80 is below 1024: the unit runs the server as the service user without "
+                 "CAP_NET_BIND_SERVICE"),
+    ("model_path", "models/glm-5-nvfp4", "model_path (topolaunch_model_path) 'models/glm-5-nvfp4' is not an "
+                                         "absolute path"),
+])
+def test_a_listen_address_or_model_path_the_unit_cannot_use_is_refused_naming_the_field(vnuma, field, value, words):
+    """Issue 25 item 9: a list host became --host "['127.0.0.1']", host:port and port 1 (true) passed, a port the
+    capability-less unit cannot bind and a relative model path (the unit has no working directory) too."""
+    reasons = refused(vnuma, "tp8", **{field: value})
+    assert any(words in r for r in reasons), reasons
+
+
+@pytest.mark.parametrize("host", ["::1", "fe80::1", "10.0.0.5", "gpu-box.lan"])
+def test_an_ipv6_address_or_a_name_is_one_host(host):
+    assert planner.host_problem(host, "host") is None
