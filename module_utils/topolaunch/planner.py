@@ -1029,8 +1029,7 @@ def plan(request):
     if wanted == "auto":
         chosen = next((c for c in candidates if c["valid"]), None)
         if chosen is None:
-            reasons.append("no valid layout for %d GPUs: %s" % (p["total"], "; ".join(
-                "%s: %s" % (c["name"], ", ".join(c["reasons"])) for c in candidates)))
+            reasons.append(no_valid_layout(p["total"], candidates))
     else:
         name = layout_name(wanted["tp"], wanted["pp"], wanted["dp"], wanted["ep"])
         chosen = next(c for c in candidates if c["name"] == name)
@@ -1042,6 +1041,18 @@ def plan(request):
     return _result(ctx, chosen, candidates, wanted, p["items"], measured_best, fingerprint, p["warnings"],
                    request.model_path, p["served"], request.host, p["port"], str(request.sglang_version), p["rank"],
                    request.dist_init_addr, ctx.partition)
+
+
+def no_valid_layout(total, candidates):
+    """The one-line reason when no candidate is valid: how many were refused for what (each reason's words before
+    its figures), the candidates table (candidate_table) saying why each one."""
+    kinds = {}
+    for c in candidates:
+        for r in c["reasons"] or ["refused"]:
+            kind = r.split(":")[0].strip()
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return "no valid layout for %d GPUs: %d candidate(s) refused (%s); the candidates table says why each" % (
+        total, len(candidates), ", ".join("%s: %d" % kv for kv in sorted(kinds.items(), key=lambda kv: -kv[1])))
 
 
 def evaluate_layouts(request, layouts=None):

@@ -208,7 +208,7 @@ def test_every_reason_is_reported(vnuma):
                       served_model_name="glm:5")
     text = "\n".join(reasons)
     for words in ("'flashinf' is not a choice of --attention-backend", "no flag for 'no_such_arg'",
-                  "port must be between 1 and 65535", "served_model_name 'glm:5' contains ':'",
+                  "port (topolaunch_port) must be between 1 and 65535", "served_model_name 'glm:5' contains ':'",
                   "attention heads 64 are not divisible by tp 3", "ep 2 does not divide tp 3",
                   "flashinfer_cutlass needs ep 1 or ep = tp 3"):
         assert words in text, words
@@ -509,3 +509,12 @@ def test_a_listen_address_or_model_path_the_unit_cannot_use_is_refused_naming_th
 @pytest.mark.parametrize("host", ["::1", "fe80::1", "10.0.0.5", "gpu-box.lan"])
 def test_an_ipv6_address_or_a_name_is_one_host(host):
     assert planner.host_problem(host, "host") is None
+
+
+def test_no_valid_layout_is_one_short_line_the_table_says_why_each(vnuma):
+    """Issue 25 item 18: the reason listed every candidate's reasons, which the failed task printed beside the
+    candidates table (msg and reasons: the candidates twice)."""
+    reasons = refused(vnuma, "auto", gpus=[0, 1, 2, 3])
+    last = reasons[-1]
+    assert last.startswith("no valid layout for 4 GPUs: 10 candidate(s) refused (does not fit: 10)"), last
+    assert "tp1dp4" not in last and "GB" not in last and "\n" not in last
