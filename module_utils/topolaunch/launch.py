@@ -48,7 +48,7 @@ from .constants import LAST_GOOD_PLAN
 from .constants import SGLANG_VERSION_FILE, base_version, server_view, sglang_python, state_file
 from .system import file_differs, journal, run as _run, show, write_atomic
 from .cleanup import port_problem
-from .health import read_last_good
+from .health import last_good_facts
 from .text import control_character
 
 __all__ = ["LaunchError", "launch", "validate", "plan_problems", "decide", "server_view", "env_values",
@@ -623,12 +623,10 @@ def rollback_facts(state_dir, plan, done):
     failures carry it: the plan that failed, the last known good plan and whether it runs another server
     (`last_good_plan`, `last_good_differs`), and whether the old server was stopped (`server_stopped`: the unit
     stopped, processes of ours stopped, or a restart tried). `done`: the launch's or the cleanup's result so far."""
-    last_good = read_last_good(state_file(state_dir, LAST_GOOD_PLAN))
     clean = done.get("cleanup") or done
     stopped = bool((clean.get("unit") or {}).get("stopped") or clean.get("stopped")
                    or "restart" in (done.get("actions") or []) or "restart (failed)" in (done.get("actions") or []))
-    return {"plan": plan, "last_good_plan": last_good, "server_stopped": stopped,
-            "last_good_differs": bool(last_good) and server_view(last_good) != server_view(plan)}
+    return dict(last_good_facts(state_file(state_dir, LAST_GOOD_PLAN), plan), plan=plan, server_stopped=stopped)
 
 
 def _journal_tail(name, lines, run):

@@ -672,3 +672,16 @@ def test_a_write_that_fails_is_one_line_naming_the_file(host, monkeypatch):
         call(host, Systemd(host))
     assert str(exc.value) == "Writing %s failed: No space left on device" % (host / "etc" / "sglang.env")
     assert exc.value.result["written"] == [str(host / "etc"), str(host / "state")]
+
+
+@pytest.mark.parametrize("content, words", [("{not json", "cannot be read"), ("[1, 2]", "is not a JSON object")])
+def test_a_corrupt_last_good_plan_is_named_not_read_as_none(tmp_path, content, words):
+    """Issue 25 item 16: a corrupt last_good_plan.json read as "no last known good plan"."""
+    from ansible_collections.topolaunch.sglang.plugins.filter.relaunch import rollback_refusal
+    (tmp_path / "last_good_plan.json").write_text(content)
+    facts = rollback_facts(str(tmp_path), {"layout": {"name": "tp8"}}, {"actions": ["restart (failed)"]})
+    assert facts["last_good_plan"] == {} and facts["server_stopped"] is True
+    why = rollback_refusal(facts)
+    assert why.startswith("the last known good plan %s %s" % (tmp_path / "last_good_plan.json", words)), why
+    (tmp_path / "last_good_plan.json").unlink()
+    assert rollback_refusal(rollback_facts(str(tmp_path), {}, {"actions": ["restart"]})) == "there is no last known good plan"
