@@ -46,7 +46,7 @@ import tempfile
 from .constants import ENV_FILE, SERVER_KEYS, SERVICE_USER, STATE_DIR, UNIT_DIR, UNIT_NAME, CURRENT_PLAN, VENV_ROOT
 from .constants import LAST_GOOD_PLAN
 from .constants import SGLANG_VERSION_FILE, base_version, server_view, sglang_python, state_file
-from .system import file_differs, journal, run as _run, show, write_atomic
+from .system import file_differs, journal, run as _run, service_user_problem, show, write_atomic
 from .cleanup import port_problem
 from .health import last_good_facts
 from .text import control_character
@@ -69,6 +69,7 @@ DEFAULTS = {
     "sglang_version_file": SGLANG_VERSION_FILE,
     "python": None,
     "service_user": SERVICE_USER,
+    "force_service_user": False,             # root or a login user as the service user (system.service_user_problem)
     "server_keys": SERVER_KEYS,
     "topology_fingerprint": None,
     "gpu_count": None,
@@ -377,6 +378,9 @@ def validate(o, run=_run):
         raise LaunchError(
             "Cannot launch: the service user %r does not exist: the sglang role creates it (--tags provision); %s."
             % (o["service_user"], NOTHING_STOPPED)) from None
+    problem = service_user_problem(o["service_user"], o["force_service_user"])
+    if problem:
+        raise LaunchError("Cannot launch: %s; %s." % (problem, NOTHING_STOPPED))
     # The port(s) the cleanup frees and the server takes: the plan's, and the running server's (issue 29: a port
     # held from outside this host's view stopped our server, then timed out waiting for the port).
     running = _running_plan(state_file(o["state_dir"], CURRENT_PLAN)) or {}

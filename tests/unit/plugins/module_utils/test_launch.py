@@ -685,3 +685,13 @@ def test_a_corrupt_last_good_plan_is_named_not_read_as_none(tmp_path, content, w
     assert why.startswith("the last known good plan %s %s" % (tmp_path / "last_good_plan.json", words)), why
     (tmp_path / "last_good_plan.json").unlink()
     assert rollback_refusal(rollback_facts(str(tmp_path), {}, {"actions": ["restart"]})) == "there is no last known good plan"
+
+
+@pytest.mark.parametrize("state", ["checked", "started"])
+def test_root_as_the_service_user_is_refused_before_anything_changes(host, state):
+    """Issue 25 item 13: validate refuses uid 0 unless topolaunch_force_service_user."""
+    before = sorted(p.relative_to(host) for p in host.rglob("*"))
+    sd = Systemd(host)
+    with pytest.raises(LaunchError, match=r"the service user 'root' \(topolaunch_service_user\) has uid 0 \(root\)"):
+        call(host, sd, state=state, service_user="root", force_service_user=False)
+    assert sorted(p.relative_to(host) for p in host.rglob("*")) == before and sd.verbs() == []
