@@ -48,6 +48,7 @@ from .constants import LAST_GOOD_PLAN
 from .constants import SGLANG_VERSION_FILE, base_version, server_view, sglang_python, state_file
 from .system import file_differs, journal, run as _run, service_user_problem, show, write_atomic
 from .cleanup import port_problem
+from .plan_args import FlagIndex, SECRET_SOURCES
 from .health import last_good_facts
 from .text import control_character
 
@@ -452,7 +453,7 @@ def _file_problems(o):
             elif shape and line.strip() and not line.startswith("#") and not shape.match(line):
                 problems.append("%s line %d (%s) is not %s" % (what, number, key, words))
             elif what == "server config file" and shape.match(line):
-                problem = config_value_problem(line)
+                problem = config_value_problem(line) or _config_flag_problem(key, o["plan"].get("sglang_version"))
                 if problem:
                     problems.append("%s line %d (%s, from %s): %s" % (
                         what, number, key, CONFIG_SOURCES.get(key, "the launch role"), problem))
@@ -460,7 +461,18 @@ def _file_problems(o):
 
 
 # Where each key of the server config file comes from (the templates write only these).
-CONFIG_SOURCES = {"api-key": "topolaunch_api_key"}
+# (plan_args.SECRET_SOURCES: the secrets the planner keeps out of the plan, keys spelled as their flags).
+CONFIG_SOURCES = {name.replace("_", "-"): source for name, source in SECRET_SOURCES.items()}
+
+
+def _config_flag_problem(key, version):
+    """Why the plan's SGLang release cannot take `key` of the server config file (it has no --key: argparse exits
+    2 at start), or None (an unknown release is plan_problems' to name)."""
+    try:
+        index = FlagIndex(str(version))
+    except KeyError:
+        return None
+    return None if index.has("--" + key) else "SGLang %s has no --%s" % (index.version, key)
 
 
 def config_value_problem(line):

@@ -695,3 +695,17 @@ def test_root_as_the_service_user_is_refused_before_anything_changes(host, state
     with pytest.raises(LaunchError, match=r"the service user 'root' \(topolaunch_service_user\) has uid 0 \(root\)"):
         call(host, sd, state=state, service_user="root", force_service_user=False)
     assert sorted(p.relative_to(host) for p in host.rglob("*")) == before and sd.verbs() == []
+
+
+def test_a_config_key_the_plans_release_lacks_is_refused_naming_its_variable(host):
+    """SGLang 0.5.9 has no --watermark-config: the server would exit 2 at argument parsing after cleanup."""
+    sd = Systemd(host)
+    with pytest.raises(LaunchError) as exc:
+        call(host, sd, state="checked", config_content='watermark-config: "{\\"key\\": \\"s3cr3t\\"}"\n')
+    msg = str(exc.value)
+    assert ("server config file line 1 (watermark-config, from topolaunch_watermark_config): SGLang 0.5.9 has no "
+            "--watermark-config") in msg and "s3cr3t" not in msg
+    res = call(host, sd, state="checked", plan=plan(model_path=str(host / "m"), sglang_version="0.5.23"),
+               config_content='watermark-config: "{\\"key\\": \\"s3cr3t\\"}"\n',
+               sglang_version_file=str(host / "none.json"))
+    assert res["replace"] is True

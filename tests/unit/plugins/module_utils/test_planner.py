@@ -518,3 +518,13 @@ def test_no_valid_layout_is_one_short_line_the_table_says_why_each(vnuma):
     last = reasons[-1]
     assert last.startswith("no valid layout for 4 GPUs: 10 candidate(s) refused (does not fit: 10)"), last
     assert "tp1dp4" not in last and "GB" not in last and "\n" not in last
+
+
+def test_the_watermark_config_is_a_secret_like_the_api_key(vnuma):
+    """Issue 25 item 10: watermark_config (SGLang's watermark keys, which SGLang itself redacts) went into argv,
+    plan.json and the 0644 state files."""
+    reasons = refused(vnuma, "tp8", sglang_version="0.5.23", server_args={"watermark_config": '{"key": "s3cr3t"}'})
+    assert ("server_args.watermark_config is a secret and does not belong in the plan, which is printed and saved: "
+            "set topolaunch_watermark_config, which the launch stage passes through the server's 0600 config file "
+            "(--config)") in reasons, reasons
+    assert not any("s3cr3t" in r for r in reasons)
