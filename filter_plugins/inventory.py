@@ -23,7 +23,7 @@ def _roles_dir():
     there, beside roles/)."""
     for start in (os.path.abspath(__file__), os.path.realpath(__file__)):
         folder = os.path.dirname(start)
-        for _ in range(4):
+        for _level in range(4):
             if os.path.isfile(os.path.join(folder, "roles", "topolaunch", "defaults", "main.yml")):
                 return os.path.join(folder, "roles")
             folder = os.path.dirname(folder)

@@ -688,8 +688,6 @@ def check(unit, plan_path, last_good_path, invocation_id=None, known="started", 
         raise
 
 
-
-
 def _serving(unit, plan, last_good_path, http, http_timeout, run, clock, sleep):
     """Mode serving: ready now, /health 200 now, and health passed for this very server."""
     try:
