@@ -14,7 +14,8 @@ description:
     plan and no line of the rendered env file, unit or server config holds a control character, the env file's
     lines are NAME="value", the plan's SGLang version is the one installed and current (O(sglang_version_file)),
     the SGLang python exists and is executable, an absolute C(plan.model_path) has a config.json, O(service_user)
-    exists, C(systemd-analyze verify) accepts the rendered unit (a temporary copy; skipped when systemd-analyze is
+    exists and is neither root nor a login user (unless O(force_service_user)), each key of O(config_content) is a
+    flag of the plan's SGLang release, C(systemd-analyze verify) accepts the rendered unit (a temporary copy; skipped when systemd-analyze is
     missing), the recorded running plan can be read, and the plan's port (and the running server's) is free or held
     by a process this host shows - not by a socket no process here holds (another container or PID namespace
     sharing the network), not answering while nothing here listens (a forward, another network namespace), not

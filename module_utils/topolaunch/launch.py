@@ -8,7 +8,8 @@
      the caller knows them), no control character in any string of the server's part of the plan nor in any line
      of the rendered env file, unit and server config (secrets never quoted), the plan's SGLang version against the
      one installed and current (the sglang role's record), the SGLang python, an absolute `plan.model_path` with a
-     config.json, the service user, the rendered unit as `systemd-analyze verify` loads it (a temporary copy), the
+     config.json, the service user (root or a login user only with `force_service_user`), each key of the server
+     config a flag of the plan's release, the rendered unit as `systemd-analyze verify` loads it (a temporary copy), the
      plan the unit runs now (`<state_dir>/current_plan.json`) readable, the plan's port (and the running server's)
      free or held by a process this host shows (cleanup.port_problem: never a socket no process here holds, nor a
      port that answers while nothing here listens, nor one that refuses to bind). Every plan
@@ -94,7 +95,7 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ENV_LINE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*=".*"$')
 FINGERPRINT = re.compile(r"^[0-9a-f]{12}$")
 # The server's own config file (`--config FILE.yaml`, read by SGLang inside its process): the secrets that must not
-# be on its command line (api-key). Owned by the service user, 0600, under state_dir.
+# be on its command line (api-key, watermark-config). Owned by the service user, 0600, under state_dir.
 SERVER_CONFIG = "sglang-config.yaml"
 CONFIG_LINE = re.compile(r'^[a-z][a-z0-9-]*: ".*"$')
 
