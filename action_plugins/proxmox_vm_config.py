@@ -8,6 +8,7 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.topolaunch.sglang.plugins.module_utils.proxmox_config import ProxmoxConfigError
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils.results import ResultsError, artifacts_host_dir
 from ansible_collections.topolaunch.sglang.plugins.module_utils.proxmox_vm import changes, diff_text, module_params
 
 
@@ -24,7 +25,10 @@ def findings_of(host, task_vars, artifacts_dir):
     facts = ((task_vars.get("hostvars") or {}).get(host) or {}).get("ansible_facts") or {}
     topo = facts.get("gpu_topology")
     if topo is None and artifacts_dir:
-        path = os.path.join(artifacts_dir, host, "topology.json")
+        try:
+            path = os.path.join(artifacts_host_dir(artifacts_dir, host), "topology.json")
+        except ResultsError as exc:
+            raise AnsibleActionFail("proxmox_vm_config: guest %r: %s" % (host, exc)) from None
         if os.path.exists(path):
             try:
                 with open(path) as f:

@@ -32,7 +32,7 @@ def rollback_refusal(failed, rollback=True, rolling_back=False):
     if failed.get("server_stopped") is False:        # a launch or cleanup failure before the old server stopped
         return "nothing was stopped: the server that ran still runs"
     if not failed.get("last_good_plan"):
-        return "there is no last known good plan"
+        return failed.get("last_good_problem") or "there is no last known good plan"
     if not failed.get("last_good_differs"):
         return "the last known good plan is the one that failed"
     return ""

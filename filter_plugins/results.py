@@ -5,10 +5,13 @@ plugin_utils/results.py).
     concurrency | topolaunch.sglang.bench_points(workload_concurrency, prompts_per_concurrency, min_prompts)
     candidates | topolaunch.sglang.sweep_layouts(top)      the layouts a sweep measures by default
     point | topolaunch.sglang.slo_verdict(slo)              whether a measured point met the workload's SLO
+    artifacts_dir | topolaunch.sglang.artifacts_host_dir(host)  artifacts/<host> of one host, inside artifacts_dir
 """
+from ansible.errors import AnsibleFilterError
+
 from ansible_collections.topolaunch.sglang.plugins.module_utils.plan_score import measured_slo_misses
 from ansible_collections.topolaunch.sglang.plugins.module_utils.planner import describe_slo
-from ansible_collections.topolaunch.sglang.plugins.plugin_utils.results import filed_under
+from ansible_collections.topolaunch.sglang.plugins.plugin_utils.results import ResultsError, artifacts_host_dir, filed_under
 
 
 def results_fingerprint(plan):
@@ -44,9 +47,17 @@ def slo_verdict(point, slo):
     return "concurrency %s: SLO %s %s" % (point.get("max_concurrency"), describe_slo(slo), verdict)
 
 
+def host_artifacts_dir(artifacts_dir, host):
+    """artifacts_dir/<host>, the host name one safe path component (results.artifacts_host_dir)."""
+    try:
+        return artifacts_host_dir(artifacts_dir, host)
+    except ResultsError as exc:
+        raise AnsibleFilterError("inventory host %r cannot name a folder of %s: %s" % (host, artifacts_dir, exc))
+
+
 class FilterModule:
     """topolaunch.sglang results filters."""
 
     def filters(self):
         return {"results_fingerprint": results_fingerprint, "bench_points": bench_points,
-                "sweep_layouts": sweep_layouts, "slo_verdict": slo_verdict}
+                "sweep_layouts": sweep_layouts, "slo_verdict": slo_verdict, "artifacts_host_dir": host_artifacts_dir}

@@ -17,7 +17,8 @@ import yaml
 # (every argument spec option marked no_log is here: tests/unit/plugins/filter/test_secrets.py).
 SECRET_VARS = ("topolaunch_api_key", "model_weights_hf_token", "launch_api_key", "launch_hf_token",
                "health_api_key", "bench_api_key", "proxmox_api_token_secret", "proxmox_root_password",
-               "proxmox_vm_api_token_secret", "proxmox_vm_root_password")
+               "proxmox_vm_api_token_secret", "proxmox_vm_root_password", "topolaunch_watermark_config",
+               "launch_watermark_config")
 VARS_EXTENSIONS = ("", ".yml", ".yaml", ".json")     # Ansible's YAML_FILENAME_EXTENSIONS
 VAULT_HEADER = "$ANSIBLE_VAULT;"
 

@@ -15,6 +15,12 @@ description:
   - The GPUs of the plan the unit currently runs (I(current_plan_path)) are added to I(gpu_indices), its port to I(ports).
   - Runs under the tools python (nvidia-ml-py). In check mode it reports what it would stop and stops nothing.
 options:
+  force_service_user:
+    description: Clean up for a O(service_user) that is root or has a login shell (refused otherwise, before
+      anything changes - the server would run with its rights and cleanup would signal its other processes on our
+      GPUs). The role topolaunch's C(topolaunch_force_service_user).
+    type: bool
+    default: false
   gpu_indices:
     description: NVML indices of the GPUs of the new plan.
     type: list
@@ -160,6 +166,7 @@ ARGUMENT_SPEC = {
     "unit_name": {"type": "str", "default": DEFAULTS["unit_name"]},
     "state_dir": {"type": "path", "default": DEFAULTS["state_dir"]},
     "service_user": {"type": "str", "default": DEFAULTS["service_user"]},
+    "force_service_user": {"type": "bool", "default": False},
     "gpu_indices": {"type": "list", "elements": "int", "default": []},
     "current_plan_path": {"type": "path"},
     "title_prefixes": {"type": "list", "elements": "str", "default": ["sglang::"]},

@@ -14,7 +14,8 @@ description:
     plan and no line of the rendered env file, unit or server config holds a control character, the env file's
     lines are NAME="value", the plan's SGLang version is the one installed and current (O(sglang_version_file)),
     the SGLang python exists and is executable, an absolute C(plan.model_path) has a config.json, O(service_user)
-    exists, C(systemd-analyze verify) accepts the rendered unit (a temporary copy; skipped when systemd-analyze is
+    exists and is neither root nor a login user (unless O(force_service_user)), each key of O(config_content) is a
+    flag of the plan's SGLang release, C(systemd-analyze verify) accepts the rendered unit (a temporary copy; skipped when systemd-analyze is
     missing), the recorded running plan can be read, and the plan's port (and the running server's) is free or held
     by a process this host shows - not by a socket no process here holds (another container or PID namespace
     sharing the network), not answering while nothing here listens (a forward, another network namespace), not
@@ -34,6 +35,12 @@ description:
 extends_documentation_fragment:
   - topolaunch.sglang.common
 options:
+  force_service_user:
+    description: Run the server as a O(service_user) that is root or has a login shell (refused otherwise, before
+      anything changes - the server would run with its rights and cleanup would signal its other processes on our
+      GPUs). The role topolaunch's C(topolaunch_force_service_user).
+    type: bool
+    default: false
   unit_name:
     aliases: [name]
   plan:
@@ -265,6 +272,7 @@ ARGUMENT_SPEC = {
     "unit_name": {"type": "str", "default": DEFAULTS["unit_name"], "aliases": ["name"]},
     "state_dir": {"type": "path", "default": DEFAULTS["state_dir"]},
     "service_user": {"type": "str", "default": DEFAULTS["service_user"]},
+    "force_service_user": {"type": "bool", "default": False},
     "plan": {"type": "dict", "required": True},
     "unit_content": {"type": "str", "required": True},
     "env_content": {"type": "str", "required": True, "no_log": True},
@@ -307,7 +315,7 @@ def main():
             module.fail_json(msg=str(exc), stage="cleanup")
         # The gpu_cleanup module's options: stop this unit, then what of ours is left on our GPUs and port.
         options = dict(p["cleanup"], unit_name=p["unit_name"], state_dir=p["state_dir"],
-                       service_user=p["service_user"], stop_unit=True)
+                       service_user=p["service_user"], force_service_user=p["force_service_user"], stop_unit=True)
 
         def clean(check_mode):
             try:

@@ -70,12 +70,14 @@ options:
     type: dict
     default: {}
   host:
-    description: Address the server listens on.
-    type: str
+    description: Address the server listens on (one address without a port; anything else fails the plan, naming
+      C(topolaunch_host)).
+    type: raw
     default: 127.0.0.1
   port:
-    description: Port the server listens on.
-    type: int
+    description: Port the server listens on, 1024-65535 (the unit has no C(CAP_NET_BIND_SERVICE)); C(true) or
+      anything but an integer fails the plan, naming C(topolaunch_port).
+    type: raw
     default: 30000
   served_model_name:
     description: Name served by the API; default the model directory's name.
@@ -377,8 +379,8 @@ ARGUMENT_SPEC = {
     "layout": {"type": "raw", "default": "auto"},
     "sglang_version": {"type": "str", "default": "0.5.9"},
     "server_args": {"type": "dict", "default": {}},
-    "host": {"type": "str", "default": "127.0.0.1"},
-    "port": {"type": "int", "default": 30000},
+    "host": {"type": "raw", "default": "127.0.0.1"},     # raw: type str made a list "['127.0.0.1']"
+    "port": {"type": "raw", "default": 30000},           # raw: type int let true through as 1
     "served_model_name": {"type": "str"},
     "metrics": {"type": "bool", "default": True},
     "api_key_set": {"type": "bool", "default": False},

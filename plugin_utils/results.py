@@ -208,6 +208,12 @@ def safe_name(name):
     return safe
 
 
+def artifacts_host_dir(artifacts_dir, host):
+    """The controller's folder of one inventory host's artifacts, <artifacts_dir>/<host> with the host name made one
+    path component as safe_name makes it: a host name holding '../' or '/' stays inside artifacts_dir."""
+    return os.path.join(artifacts_dir, safe_name(str(host)))
+
+
 def run_id_for(when):
     """UTC timestamp with seconds: 20261130T101502Z. `when` is a datetime or an ISO 8601 string."""
     if isinstance(when, str):
@@ -242,7 +248,7 @@ def planned_topology(plan, hosts, facts_of, artifacts_dir):
     for host in hosts:
         facts = facts_of(host)
         if not facts:
-            path = os.path.join(artifacts_dir, host, "topology.json")
+            path = os.path.join(artifacts_host_dir(artifacts_dir, host), "topology.json")
             facts = _read_json(path) if os.path.isfile(path) else None
         found.append((host, facts or {}))
     per_node = plan.get("per_node")

@@ -35,7 +35,7 @@ import socket
 import time
 
 from .constants import CURRENT_PLAN, SERVICE_USER, STATE_DIR, UNIT_NAME, state_file
-from .system import run as _run, show
+from .system import run as _run, service_user_problem, show
 
 __all__ = ["CleanupError", "cleanup", "classify", "in_unit_cgroup", "read_process", "listening_inodes",
            "socket_holders", "port_holders", "port_problem", "gpu_holders", "union_with_current_plan", "stop_unit", "DEFAULTS"]
@@ -45,6 +45,7 @@ DEFAULTS = {
     "state_dir": STATE_DIR,
     "current_plan_path": None,               # default <state_dir>/current_plan.json
     "service_user": SERVICE_USER,
+    "force_service_user": False,             # root or a login user as the service user (system.service_user_problem)
     "unit_name": UNIT_NAME,
     "title_prefixes": ["sglang::"],
     "cmdline_markers": ["sglang.launch_server"],
@@ -389,6 +390,9 @@ def _validate(opts, gpu_count):
             raise CleanupError("%s %s: a timeout is a number of seconds >= 0" % (key, opts[key]))
     if opts["memory_threshold_mib"] < 0:
         raise CleanupError("memory_threshold_mib %s: must be >= 0" % opts["memory_threshold_mib"])
+    problem = opts["service_user"] and service_user_problem(opts["service_user"], opts["force_service_user"])
+    if problem:
+        raise CleanupError("%s; nothing was stopped" % problem)
 
 
 def _scan(nvml, handles, all_handles, opts, proc_root):

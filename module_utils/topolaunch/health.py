@@ -45,7 +45,8 @@ from .system import file_differs, journal, run as _run, show, write_atomic
 from .text import shown
 
 __all__ = ["HealthError", "MILESTONES", "milestones", "milestone", "label", "error_lines", "port_open",
-           "wait_chunk", "read_plan", "read_last_good", "http_request", "verify", "record_last_good", "check",
+           "wait_chunk", "read_plan", "read_last_good", "last_good_record", "last_good_facts", "http_request", "verify",
+           "record_last_good", "check",
            "probe_settings", "chat_template_source", "answer_probe"]
 
 # Per SGLang release: (key, words in SGLang's log line) in the order a start reaches them (docs/sglang-versions.md,
@@ -597,14 +598,37 @@ def record_last_good(text, path, check_mode=False, owner=(0, 0), warnings=None):
 
 
 # ------------------------------------------------------------------------------------------ the module
-def read_last_good(path):
-    """The last known good plan ({} when there is none, or it cannot be read: then there is nothing to go back to)."""
+def last_good_record(path):
+    """(the last known good plan, why it cannot be read): ({}, None) when there is none; ({}, a line naming the
+    file) when it is unreadable or no JSON object (then there is nothing to go back to, and the user is told why)."""
     try:
         with open(path, encoding="utf-8") as f:
             plan = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return plan if isinstance(plan, dict) else {}
+    except FileNotFoundError:
+        return {}, None
+    except (OSError, ValueError) as exc:
+        return {}, "the last known good plan %s cannot be read (%s): remove it, or run deploy.yml --tags health " \
+                   "once a server serves, which writes it again" % (path, exc)
+    if not isinstance(plan, dict):
+        return {}, "the last known good plan %s is not a JSON object: remove it, or run deploy.yml --tags health " \
+                   "once a server serves, which writes it again" % path
+    return plan, None
+
+
+def read_last_good(path):
+    """The last known good plan ({} when there is none, or it cannot be read: then there is nothing to go back to)."""
+    return last_good_record(path)[0]
+
+
+def last_good_facts(path, plan):
+    """{last_good_plan, last_good_differs} and, when the record is unreadable, last_good_problem (naming the file):
+    what a rollback from `plan` would go back to."""
+    last_good, problem = last_good_record(path)
+    out = {"last_good_plan": last_good,
+           "last_good_differs": bool(last_good) and server_view(last_good) != server_view(plan)}
+    if problem:
+        out["last_good_problem"] = problem
+    return out
 
 
 def check(unit, plan_path, last_good_path, invocation_id=None, known="started", chunk_s=20.0, startup_timeout=0,
@@ -657,18 +681,11 @@ def check(unit, plan_path, last_good_path, invocation_id=None, known="started", 
                 result["warnings"] = warnings
             result["verified"] = True
         if not record:
-            result.update(_last_good(last_good_path, plan))
+            result.update(last_good_facts(last_good_path, plan))
         return result
     except HealthError as exc:
-        exc.result.update(plan=plan, **_last_good(last_good_path, plan))
+        exc.result.update(plan=plan, **last_good_facts(last_good_path, plan))
         raise
-
-
-def _last_good(last_good_path, plan):
-    """{last_good_plan, last_good_differs}: what a rollback from `plan` would go back to."""
-    last_good = read_last_good(last_good_path)
-    return {"last_good_plan": last_good,
-            "last_good_differs": bool(last_good) and server_view(last_good) != server_view(plan)}
 
 
 def _serving(unit, plan, last_good_path, http, http_timeout, run, clock, sleep):
@@ -686,12 +703,13 @@ def _serving(unit, plan, last_good_path, http, http_timeout, run, clock, sleep):
     if status != 200:
         raise HealthError("GET %s/health %s, not 200: the server is starting, draining or unhealthy. Run "
                           "deploy.yml --tags relaunch (or health)." % (url, _answer(status, answer)), result)
-    last_good = read_last_good(last_good_path)
+    last_good, problem = last_good_record(last_good_path)
     if server_view(last_good) != server_view(plan):
         raise HealthError("Health has not passed for the plan this server runs: it runs layout %s (current_plan.json) "
-                          "but health last passed for %s (last_good_plan.json). Run deploy.yml --tags health first."
-                          % (plan.get("layout", {}).get("name", "?"),
-                             "layout " + last_good.get("layout", {}).get("name", "?") if last_good else "no plan"),
+                          "but %s. Run deploy.yml --tags health first."
+                          % (plan.get("layout", {}).get("name", "?"), problem or "health last passed for %s "
+                             "(last_good_plan.json)" % ("layout " + last_good.get("layout", {}).get("name", "?")
+                                                        if last_good else "no plan")),
                           result)
     result.update(plan=plan, url=url)
     return result

@@ -8,7 +8,8 @@
      the caller knows them), no control character in any string of the server's part of the plan nor in any line
      of the rendered env file, unit and server config (secrets never quoted), the plan's SGLang version against the
      one installed and current (the sglang role's record), the SGLang python, an absolute `plan.model_path` with a
-     config.json, the service user, the rendered unit as `systemd-analyze verify` loads it (a temporary copy), the
+     config.json, the service user (root or a login user only with `force_service_user`), each key of the server
+     config a flag of the plan's release, the rendered unit as `systemd-analyze verify` loads it (a temporary copy), the
      plan the unit runs now (`<state_dir>/current_plan.json`) readable, the plan's port (and the running server's)
      free or held by a process this host shows (cleanup.port_problem: never a socket no process here holds, nor a
      port that answers while nothing here listens, nor one that refuses to bind). Every plan
@@ -46,9 +47,10 @@ import tempfile
 from .constants import ENV_FILE, SERVER_KEYS, SERVICE_USER, STATE_DIR, UNIT_DIR, UNIT_NAME, CURRENT_PLAN, VENV_ROOT
 from .constants import LAST_GOOD_PLAN, SERVER_CONFIG
 from .constants import SGLANG_VERSION_FILE, base_version, server_view, sglang_python, state_file
-from .system import file_differs, journal, run as _run, show, write_atomic
+from .system import file_differs, journal, run as _run, service_user_problem, show, write_atomic
 from .cleanup import port_problem
-from .health import read_last_good
+from .plan_args import FlagIndex, SECRET_SOURCES
+from .health import last_good_facts
 from .text import control_character
 
 __all__ = ["LaunchError", "launch", "validate", "plan_problems", "decide", "server_view", "env_values",
@@ -69,6 +71,7 @@ DEFAULTS = {
     "sglang_version_file": SGLANG_VERSION_FILE,
     "python": None,
     "service_user": SERVICE_USER,
+    "force_service_user": False,             # root or a login user as the service user (system.service_user_problem)
     "server_keys": SERVER_KEYS,
     "topology_fingerprint": None,
     "gpu_count": None,
@@ -91,7 +94,9 @@ NOTHING_STOPPED = "nothing was stopped"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ENV_LINE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*=".*"$')
 FINGERPRINT = re.compile(r"^[0-9a-f]{12}$")
-# The server's own config file (constants.SERVER_CONFIG): owned by the service user, 0600, under state_dir.
+# The server's own config file (constants.SERVER_CONFIG, `--config FILE.yaml`, read by SGLang inside its process):
+# the secrets that must not be on its command line (api-key, watermark-config). Owned by the service user, 0600,
+# under state_dir.
 CONFIG_LINE = re.compile(r'^[a-z][a-z0-9-]*: ".*"$')
 
 
@@ -375,6 +380,9 @@ def validate(o, run=_run):
         raise LaunchError(
             "Cannot launch: the service user %r does not exist: the sglang role creates it (--tags provision); %s."
             % (o["service_user"], NOTHING_STOPPED)) from None
+    problem = service_user_problem(o["service_user"], o["force_service_user"])
+    if problem:
+        raise LaunchError("Cannot launch: %s; %s." % (problem, NOTHING_STOPPED))
     # The port(s) the cleanup frees and the server takes: the plan's, and the running server's (issue 29: a port
     # held from outside this host's view stopped our server, then timed out waiting for the port).
     running = _running_plan(state_file(o["state_dir"], CURRENT_PLAN)) or {}
@@ -446,7 +454,7 @@ def _file_problems(o):
             elif shape and line.strip() and not line.startswith("#") and not shape.match(line):
                 problems.append("%s line %d (%s) is not %s" % (what, number, key, words))
             elif what == "server config file" and shape.match(line):
-                problem = config_value_problem(line)
+                problem = config_value_problem(line) or _config_flag_problem(key, o["plan"].get("sglang_version"))
                 if problem:
                     problems.append("%s line %d (%s, from %s): %s" % (
                         what, number, key, CONFIG_SOURCES.get(key, "the launch role"), problem))
@@ -454,7 +462,18 @@ def _file_problems(o):
 
 
 # Where each key of the server config file comes from (the templates write only these).
-CONFIG_SOURCES = {"api-key": "topolaunch_api_key"}
+# (plan_args.SECRET_SOURCES: the secrets the planner keeps out of the plan, keys spelled as their flags).
+CONFIG_SOURCES = {name.replace("_", "-"): source for name, source in SECRET_SOURCES.items()}
+
+
+def _config_flag_problem(key, version):
+    """Why the plan's SGLang release cannot take `key` of the server config file (it has no --key: argparse exits
+    2 at start), or None (an unknown release is plan_problems' to name)."""
+    try:
+        index = FlagIndex(str(version))
+    except KeyError:
+        return None
+    return None if index.has("--" + key) else "SGLang %s has no --%s" % (index.version, key)
 
 
 def config_value_problem(line):
@@ -621,12 +640,10 @@ def rollback_facts(state_dir, plan, done):
     failures carry it: the plan that failed, the last known good plan and whether it runs another server
     (`last_good_plan`, `last_good_differs`), and whether the old server was stopped (`server_stopped`: the unit
     stopped, processes of ours stopped, or a restart tried). `done`: the launch's or the cleanup's result so far."""
-    last_good = read_last_good(state_file(state_dir, LAST_GOOD_PLAN))
     clean = done.get("cleanup") or done
     stopped = bool((clean.get("unit") or {}).get("stopped") or clean.get("stopped")
                    or "restart" in (done.get("actions") or []) or "restart (failed)" in (done.get("actions") or []))
-    return {"plan": plan, "last_good_plan": last_good, "server_stopped": stopped,
-            "last_good_differs": bool(last_good) and server_view(last_good) != server_view(plan)}
+    return dict(last_good_facts(state_file(state_dir, LAST_GOOD_PLAN), plan), plan=plan, server_stopped=stopped)
 
 
 def _journal_tail(name, lines, run):

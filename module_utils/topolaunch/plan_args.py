@@ -99,7 +99,12 @@ MANAGED = {
     "config": "each flag as its own key of topolaunch_server_args: the launch writes the server's --config file "
               "itself",
 }
-SECRETS = ("api_key", "admin_api_key", "ssl_keyfile_password")
+# Secrets never in the plan (printed, saved as plan.json and current_plan.json 0644, on the server's argv): SGLang
+# 0.5.23 hides watermark_config (its keys) itself (ServerArgs.__repr__, redact_watermark_command_line). Those the
+# launch stage carries, in the server's own 0600 config file (--config) as it carries the API key, and their
+# variables.
+SECRETS = ("api_key", "admin_api_key", "ssl_keyfile_password", "watermark_config")
+SECRET_SOURCES = {"api_key": "topolaunch_api_key", "watermark_config": "topolaunch_watermark_config"}
 METRICS_FLAG = "--enable-metrics"
 ALL_SCHEDULERS_FLAG = "--enable-metrics-for-all-schedulers"
 
@@ -263,8 +268,8 @@ def check_server_args(server_args, index):
         name = key if flag is None else index.name_of(flag)
         if name in SECRETS or key in SECRETS:
             reasons.append("%s is a secret and does not belong in the plan, which is printed and saved%s" % (
-                where, ": set topolaunch_api_key, which the launch stage passes through the unit's 0600 env file"
-                if name == "api_key" else ""))
+                where, ": set %s, which the launch stage passes through the server's 0600 config file (--config)"
+                % SECRET_SOURCES[name] if name in SECRET_SOURCES else ""))
             continue
         if name in MANAGED or key in MANAGED:
             reasons.append("%s is set by the planner: use %s" % (where, MANAGED.get(name) or MANAGED[key]))

@@ -1038,6 +1038,36 @@ class PlanRequest:
 WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]", "*")
 
 
+# The unit runs the server as the service user with an empty capability set (no CAP_NET_BIND_SERVICE): it cannot
+# bind a port below this.
+FIRST_UNPRIVILEGED_PORT = 1024
+_HOST_PORT = re.compile(r"^(\[[^\]]*\]|[^:\[\]]*):\d+$")
+
+
+def host_problem(host, where):
+    """Why `host` is not one address the server can listen on (--host), or None: not a string (a list became
+    "['127.0.0.1']"), empty, blanks inside, or an address with a port (127.0.0.1:30000, [::1]:30000)."""
+    if not isinstance(host, str) or not host.strip():
+        return "%s must be one address (a non-empty string), got %r" % (where, host)
+    if any(ch.isspace() for ch in host.strip()):
+        return "%s %r contains a blank: give one address" % (where, host)
+    if _HOST_PORT.match(host.strip()):
+        return "%s %r is an address with a port: give the address alone (the port is topolaunch_port)" % (where, host)
+    return None
+
+
+def listen_port(value, where, reasons):
+    """The port number the server may listen on, or None with the reason in `reasons` (true is no port: a bool is
+    an int in Python; below FIRST_UNPRIVILEGED_PORT the capability-less unit cannot bind)."""
+    number = _int_input(value, where, reasons, 1, 65535)
+    if number is not None and number < FIRST_UNPRIVILEGED_PORT:
+        reasons.append("%s %r is below %d: the unit runs the server as the service user without "
+                       "CAP_NET_BIND_SERVICE, which cannot bind it (put a proxy in front for a low port)"
+                       % (where, value, FIRST_UNPRIVILEGED_PORT))
+        return None
+    return number
+
+
 def exposure_problem(host, api_key_set, allowed):
     """Issue 25 item 2: a server listening on every address (0.0.0.0, ::) with no API key serves anyone who can
     reach the box. The reason (or, with the inventory's opt-in, the warning the plan shows), or None."""
@@ -1090,8 +1120,7 @@ def _plan_once(request):
     if wanted == "auto":
         chosen = next((c for c in candidates if c["valid"]), None)
         if chosen is None:
-            reasons.append("no valid layout for %d GPUs: %s" % (p["total"], "; ".join(
-                "%s: %s" % (c["name"], ", ".join(c["reasons"])) for c in candidates)))
+            reasons.append(no_valid_layout(p["total"], candidates))
     else:
         name = layout_name(wanted["tp"], wanted["pp"], wanted["dp"], wanted["ep"])
         chosen = next(c for c in candidates if c["name"] == name)
@@ -1103,6 +1132,18 @@ def _plan_once(request):
     return _result(ctx, chosen, candidates, wanted, p["items"], measured_best, fingerprint, p["warnings"],
                    request.model_path, p["served"], request.host, p["port"], str(request.sglang_version), p["rank"],
                    request.dist_init_addr, ctx.partition)
+
+
+def no_valid_layout(total, candidates):
+    """The one-line reason when no candidate is valid: how many were refused for what (each reason's words before
+    its figures), the candidates table (candidate_table) saying why each one."""
+    kinds = {}
+    for c in candidates:
+        for r in c["reasons"] or ["refused"]:
+            kind = r.split(":")[0].strip()
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return "no valid layout for %d GPUs: %d candidate(s) refused (%s); the candidates table says why each" % (
+        total, len(candidates), ", ".join("%s: %d" % kv for kv in sorted(kinds.items(), key=lambda kv: -kv[1])))
 
 
 def evaluate_layouts(request, layouts=None):
@@ -1203,11 +1244,16 @@ def _prepare(request):
         reasons.extend(arg_reasons)
         warnings.extend(arg_warnings)
     # host, port, names
-    port_number = _int_input(port, "port", reasons, 1, 65535)
+    port_number = listen_port(port, "port (topolaunch_port)", reasons)
     if not isinstance(r.metrics, bool):
         reasons.append("metrics (topolaunch_metrics) must be true or false, got %r" % (r.metrics,))
-    if not isinstance(host, str) or not host.strip():
-        reasons.append("host must be a non-empty string, got %r" % (host,))
+    problem = host_problem(host, "host (topolaunch_host)")
+    if problem:
+        reasons.append(problem)
+        host = None
+    if isinstance(model_path, str) and model_path and not model_path.startswith("/"):
+        reasons.append("model_path (topolaunch_model_path) %r is not an absolute path: the unit runs the server "
+                       "with no working directory" % model_path)
     exposure = exposure_problem(host, r.api_key_set, r.listen_without_api_key)
     if exposure:
         (warnings if r.listen_without_api_key is True else reasons).append(exposure)

@@ -1,10 +1,38 @@
 """Small system helpers shared by the lifecycle modules (service, cleanup, health): run a command, read
 `systemctl show`, write a file atomically with its mode and owner. Plain Python 3.9+ stdlib."""
 import os
+import pwd
 import subprocess
 import tempfile
 
-__all__ = ["run", "parse_show", "show", "journal", "file_differs", "write_atomic"]
+__all__ = ["run", "parse_show", "show", "journal", "file_differs", "write_atomic", "service_user_problem",
+           "NO_LOGIN_SHELLS", "FORCE_SERVICE_USER"]
+
+# Shells that refuse a login (the sglang role creates the service user with /usr/sbin/nologin).
+NO_LOGIN_SHELLS = ("nologin", "false")
+# The inventory's explicit opt-in to a service user that is root or can log in.
+FORCE_SERVICE_USER = "topolaunch_force_service_user"
+
+
+def service_user_problem(name, forced=False, getpwnam=None):
+    """Why `name` may not run the server, or None (also None when it does not exist: the callers say so in their
+    words). Root, or a user with a login shell: the unit would run SGLang with that user's rights and cleanup would
+    take every process of that user on our GPUs for ours (signalling them), unless the inventory forces it."""
+    try:
+        entry = (getpwnam or pwd.getpwnam)(name)
+    except KeyError:
+        return None
+    if forced is True:
+        return None
+    if entry.pw_uid == 0:
+        why = "has uid 0 (root)"
+    elif os.path.basename(entry.pw_shell or "") not in NO_LOGIN_SHELLS:
+        why = "has a login shell (%s)" % entry.pw_shell
+    else:
+        return None
+    return ("the service user %r (topolaunch_service_user) %s: the server would run with its rights and cleanup "
+            "would signal its other processes on our GPUs; use a system user without a login shell (the sglang "
+            "role creates one), or set %s: true" % (name, why, FORCE_SERVICE_USER))
 
 
 def run(argv):

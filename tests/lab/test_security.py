@@ -181,6 +181,9 @@ def test_secrets_reach_nothing_but_the_server(host, secret_run):
     assert host.ssh("stat -c '%a %U' /var/lib/topolaunch/sglang-config.yaml").strip() == "600 sglang"
     assert host.ssh("stat -c '%a %U' /etc/topolaunch/sglang.env").strip() == "600 root"
     assert "TOPOLAUNCH_API_KEY" not in host.ssh("cat /etc/topolaunch/sglang.env")
+    # issue 25 item 15: the model loads from a local directory: the HF token is not in the server's environment
+    assert "HF_TOKEN" not in host.ssh("cat /etc/topolaunch/sglang.env")
+    assert "HF_TOKEN=" not in host.ssh("tr '\\0' '\\n' < /proc/%s/environ" % host.unit()[1])
     # SGLang itself logs its server args (api_key included) at start: in the journal, which only root and the
     # systemd-journal group read (README says so, and topolaunch_proc_hidepid).
     assert host.ssh("journalctl -u %s --no-pager -o cat | grep -cF %s || true" % (UNIT, "server_args")).strip() != "0"
@@ -251,6 +254,15 @@ def test_the_hardened_unit_serves_and_rates_ok(host, secret_run):
     ({"topolaunch_api_key": "--host=0.0.0.0"}, ["(api-key, from topolaunch_api_key): the value begins with '-'",
                                                 "nothing was stopped"]),
     ({"topolaunch_server_args": {"config": "/etc/sglang/extra.yaml"}}, ["server_args.config is set by the planner"]),
+    # issue 25 items 9, 10, 13, 17: a port true (was port 1), a list host, the watermark keys in the plan, root as
+    # the service user, topolaunch_nodes no list
+    ({"topolaunch_port": True}, ["port (topolaunch_port) must be an integer, got True"]),
+    ({"topolaunch_host": ["127.0.0.1"]}, ["host (topolaunch_host) must be one address"]),
+    ({"topolaunch_server_args": {"watermark_config": '{"key": "wm"}'}},
+     ["server_args.watermark_config is a secret", "topolaunch_watermark_config"]),
+    ({"topolaunch_service_user": "root"}, ["the service user 'root' (topolaunch_service_user) has uid 0 (root)",
+                                           "nothing was stopped"]),
+    ({"topolaunch_nodes": "box"}, ['topolaunch_nodes must be a list of inventory hostnames', 'got "box"']),
 ])
 def test_hostile_input_never_costs_the_running_server(host, secret_run, tmp_path, case, words):
     before = host.unit()

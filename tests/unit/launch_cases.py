@@ -87,6 +87,7 @@ def opts(tmp, state="started", **kw):
          "env_content": ENV, "env_file": str(tmp / "etc" / "sglang.env"), "state_dir": str(tmp / "state"),
          "unit_dir": str(tmp / "systemd"), "python": str(tmp / "venv" / "bin" / "python"), "service_user": ME,
          "sglang_version_file": str(tmp / "etc" / "sglang_version.json"), "force": False, "enabled": True,
-         "state": state, "proc_root": str(tmp / "proc"), "port_probe": False}   # no real port looked at
+         "state": state, "proc_root": str(tmp / "proc"), "port_probe": False,   # no real port looked at
+         "force_service_user": True}   # the tests run as whoever runs them: root or a login user
     o.update(kw)
     return o

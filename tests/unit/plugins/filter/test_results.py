@@ -31,7 +31,8 @@ def test_a_sweep_takes_the_best_valid_layout_of_each_shape():
 
 
 def test_the_filters_are_named():
-    assert set(FilterModule().filters()) == {"results_fingerprint", "bench_points", "sweep_layouts", "slo_verdict"}
+    assert set(FilterModule().filters()) == {"results_fingerprint", "bench_points", "sweep_layouts", "slo_verdict",
+                                             "artifacts_host_dir"}
 
 
 def test_a_measured_point_is_judged_on_the_slos_percentiles():
@@ -44,3 +45,26 @@ def test_a_measured_point_is_judged_on_the_slos_percentiles():
     assert slo_verdict(point, median) == "concurrency 32: SLO p50 TTFT <= 500 ms met"
     assert "missed: measured p99 TPOT not known" in slo_verdict(
         {"max_concurrency": 1}, check_workload({"slo": {"tpot_ms": 9, "tpot_percentile": 99}})[0]["slo"])
+
+
+def test_a_host_name_with_dot_dot_stays_inside_the_artifacts_folder(tmp_path):
+    """Issue 25 item 12: artifacts/<host>/ was joined from the inventory name, '../' included."""
+    import os
+    import pytest
+    from ansible.errors import AnsibleFilterError
+    artifacts = str(tmp_path / "artifacts")
+    out = FilterModule().filters()["artifacts_host_dir"](artifacts, "../../etc")
+    assert os.path.dirname(out) == artifacts and os.path.basename(out) == ".._.._etc"
+    assert FilterModule().filters()["artifacts_host_dir"](artifacts, "gpu-box.lan") == artifacts + "/gpu-box.lan"
+    with pytest.raises(AnsibleFilterError, match=r"inventory host '\.\.' cannot name a folder"):
+        FilterModule().filters()["artifacts_host_dir"](artifacts, "..")
+
+
+def test_every_role_keeps_a_hosts_artifacts_under_the_safe_folder():
+    """The roles' artifacts/<host> paths go through topolaunch_host_artifacts_dir, none joins inventory_hostname."""
+    import pathlib
+    import re
+    roles = pathlib.Path(__file__).resolve().parents[4] / "roles"
+    joined = [str(p) for p in roles.glob("*/*/*.yml")
+              if re.search(r"artifacts_dir\W+(\{\{ *|~ *)?inventory_hostname", p.read_text())]
+    assert joined == []

@@ -403,3 +403,10 @@ def test_a_port_that_cannot_be_bound_is_a_problem(tmp_path):
         assert port_problem(port, "127.0.0.1", str(tmp_path / "proc")).startswith(
             "port %d on 127.0.0.1 cannot be bound: " % port)
     assert port_problem(port, "127.0.0.1", str(tmp_path / "proc")) == ""    # free again
+
+
+def test_root_as_the_service_user_is_refused_before_anything_is_signalled(nvml, tmp_path):
+    """Issue 25 item 13: with service_user root every root process on our GPUs was "ours" and got signalled."""
+    with pytest.raises(CleanupError, match=r"the service user 'root' \(topolaunch_service_user\) has uid 0 \(root\).*"
+                                           r"topolaunch_force_service_user: true; nothing was stopped"):
+        cleanup(_opts(tmp_path, service_user="root"), nvml)

@@ -672,3 +672,40 @@ def test_a_write_that_fails_is_one_line_naming_the_file(host, monkeypatch):
         call(host, Systemd(host))
     assert str(exc.value) == "Writing %s failed: No space left on device" % (host / "etc" / "sglang.env")
     assert exc.value.result["written"] == [str(host / "etc"), str(host / "state")]
+
+
+@pytest.mark.parametrize("content, words", [("{not json", "cannot be read"), ("[1, 2]", "is not a JSON object")])
+def test_a_corrupt_last_good_plan_is_named_not_read_as_none(tmp_path, content, words):
+    """Issue 25 item 16: a corrupt last_good_plan.json read as "no last known good plan"."""
+    from ansible_collections.topolaunch.sglang.plugins.filter.relaunch import rollback_refusal
+    (tmp_path / "last_good_plan.json").write_text(content)
+    facts = rollback_facts(str(tmp_path), {"layout": {"name": "tp8"}}, {"actions": ["restart (failed)"]})
+    assert facts["last_good_plan"] == {} and facts["server_stopped"] is True
+    why = rollback_refusal(facts)
+    assert why.startswith("the last known good plan %s %s" % (tmp_path / "last_good_plan.json", words)), why
+    (tmp_path / "last_good_plan.json").unlink()
+    assert rollback_refusal(rollback_facts(str(tmp_path), {}, {"actions": ["restart"]})) == "there is no last known good plan"
+
+
+@pytest.mark.parametrize("state", ["checked", "started"])
+def test_root_as_the_service_user_is_refused_before_anything_changes(host, state):
+    """Issue 25 item 13: validate refuses uid 0 unless topolaunch_force_service_user."""
+    before = sorted(p.relative_to(host) for p in host.rglob("*"))
+    sd = Systemd(host)
+    with pytest.raises(LaunchError, match=r"the service user 'root' \(topolaunch_service_user\) has uid 0 \(root\)"):
+        call(host, sd, state=state, service_user="root", force_service_user=False)
+    assert sorted(p.relative_to(host) for p in host.rglob("*")) == before and sd.verbs() == []
+
+
+def test_a_config_key_the_plans_release_lacks_is_refused_naming_its_variable(host):
+    """SGLang 0.5.9 has no --watermark-config: the server would exit 2 at argument parsing after cleanup."""
+    sd = Systemd(host)
+    with pytest.raises(LaunchError) as exc:
+        call(host, sd, state="checked", config_content='watermark-config: "{\\"key\\": \\"s3cr3t\\"}"\n')
+    msg = str(exc.value)
+    assert ("server config file line 1 (watermark-config, from topolaunch_watermark_config): SGLang 0.5.9 has no "
+            "--watermark-config") in msg and "s3cr3t" not in msg
+    res = call(host, sd, state="checked", plan=plan(model_path=str(host / "m"), sglang_version="0.5.23"),
+               config_content='watermark-config: "{\\"key\\": \\"s3cr3t\\"}"\n',
+               sglang_version_file=str(host / "none.json"))
+    assert res["replace"] is True

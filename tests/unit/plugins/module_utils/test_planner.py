@@ -208,7 +208,7 @@ def test_every_reason_is_reported(vnuma):
                       served_model_name="glm:5")
     text = "\n".join(reasons)
     for words in ("'flashinf' is not a choice of --attention-backend", "no flag for 'no_such_arg'",
-                  "port must be between 1 and 65535", "served_model_name 'glm:5' contains ':'",
+                  "port (topolaunch_port) must be between 1 and 65535", "served_model_name 'glm:5' contains ':'",
                   "attention heads 64 are not divisible by tp 3", "ep 2 does not divide tp 3",
                   "flashinfer_cutlass needs ep 1 or ep = tp 3"):
         assert words in text, words
@@ -487,3 +487,45 @@ def test_listening_everywhere_without_an_api_key_is_refused_unless_asked_for(vnu
 def test_a_fraction_that_is_not_a_fraction_is_refused_naming_the_field(vnuma, value, words):
     """Issue 25 item 14: "nan", "inf" and 1e308 raised a traceback (int(NaN) in the memory estimate)."""
     assert words in refused(vnuma, "tp8", server_args={"mem_fraction_static": value})
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("host", ["127.0.0.1"], "host (topolaunch_host) must be one address (a non-empty string), got ['127.0.0.1']"),
+    ("host", "127.0.0.1:30000", "host (topolaunch_host) '127.0.0.1:30000' is an address with a port"),
+    ("host", "[::1]:30000", "host (topolaunch_host) '[::1]:30000' is an address with a port"),
+    ("host", "127.0.0.1 10.0.0.1", "host (topolaunch_host) '127.0.0.1 10.0.0.1' contains a blank"),
+    ("port", True, "port (topolaunch_port) must be an integer, got True"),
+    ("port", 80, "port (topolaunch_port) 80 is below 1024: the unit runs the server as the service user without "
+                 "CAP_NET_BIND_SERVICE"),
+    ("model_path", "models/glm-5-nvfp4", "model_path (topolaunch_model_path) 'models/glm-5-nvfp4' is not an "
+                                         "absolute path"),
+])
+def test_a_listen_address_or_model_path_the_unit_cannot_use_is_refused_naming_the_field(vnuma, field, value, words):
+    """Issue 25 item 9: a list host became --host "['127.0.0.1']", host:port and port 1 (true) passed, a port the
+    capability-less unit cannot bind and a relative model path (the unit has no working directory) too."""
+    reasons = refused(vnuma, "tp8", **{field: value})
+    assert any(words in r for r in reasons), reasons
+
+
+@pytest.mark.parametrize("host", ["::1", "fe80::1", "10.0.0.5", "gpu-box.lan"])
+def test_an_ipv6_address_or_a_name_is_one_host(host):
+    assert planner.host_problem(host, "host") is None
+
+
+def test_no_valid_layout_is_one_short_line_the_table_says_why_each(vnuma):
+    """Issue 25 item 18: the reason listed every candidate's reasons, which the failed task printed beside the
+    candidates table (msg and reasons: the candidates twice)."""
+    reasons = refused(vnuma, "auto", gpus=[0, 1, 2, 3])
+    last = reasons[-1]
+    assert last.startswith("no valid layout for 4 GPUs: 10 candidate(s) refused (does not fit: 10)"), last
+    assert "tp1dp4" not in last and "GB" not in last and "\n" not in last
+
+
+def test_the_watermark_config_is_a_secret_like_the_api_key(vnuma):
+    """Issue 25 item 10: watermark_config (SGLang's watermark keys, which SGLang itself redacts) went into argv,
+    plan.json and the 0644 state files."""
+    reasons = refused(vnuma, "tp8", sglang_version="0.5.23", server_args={"watermark_config": '{"key": "s3cr3t"}'})
+    assert ("server_args.watermark_config is a secret and does not belong in the plan, which is printed and saved: "
+            "set topolaunch_watermark_config, which the launch stage passes through the server's 0600 config file "
+            "(--config)") in reasons, reasons
+    assert not any("s3cr3t" in r for r in reasons)

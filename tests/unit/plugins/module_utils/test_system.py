@@ -47,3 +47,23 @@ def test_write_atomic_then_file_differs(tmp_path):
     assert not file_differs(path, "x", 0o600, ME)
     assert file_differs(path, "x", 0o644, ME) and file_differs(path, "y", 0o600, ME)
     assert os.listdir(tmp_path) == ["f"]
+
+
+def test_a_root_or_login_service_user_is_refused_unless_forced():
+    """Issue 25 item 13: topolaunch_service_user root (or any login user) was accepted; cleanup then took that
+    user's other processes on our GPUs for ours."""
+    import collections
+    from ansible_collections.topolaunch.sglang.plugins.module_utils.system import service_user_problem
+    entry = collections.namedtuple("pw", "pw_name pw_uid pw_shell")
+    users = {"root": entry("root", 0, "/bin/bash"), "ops": entry("ops", 1000, "/bin/bash"),
+             "sglang": entry("sglang", 998, "/usr/sbin/nologin"), "svc": entry("svc", 997, "/bin/false")}
+
+    def getpwnam(name):
+        return users[name]
+    assert service_user_problem("root", getpwnam=getpwnam).startswith(
+        "the service user 'root' (topolaunch_service_user) has uid 0 (root): ")
+    assert "has a login shell (/bin/bash)" in service_user_problem("ops", getpwnam=getpwnam)
+    assert service_user_problem("ops", getpwnam=getpwnam).endswith("or set topolaunch_force_service_user: true")
+    assert service_user_problem("ops", True, getpwnam=getpwnam) is None
+    assert service_user_problem("sglang", getpwnam=getpwnam) is None and service_user_problem("svc", getpwnam=getpwnam) is None
+    assert service_user_problem("absent", getpwnam=getpwnam) is None      # the callers say it does not exist

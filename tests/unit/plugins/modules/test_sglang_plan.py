@@ -156,3 +156,14 @@ def test_module_plans_for_the_release_the_host_records_as_installed(vnuma, run_m
             record.write_text(content)
         code, out, _ = run_module(sglang_plan, base)
         assert code == 0 and out["plan"]["sglang_version"] == "0.5.9"
+
+
+@pytest.mark.parametrize("args, words", [
+    ({"host": ["127.0.0.1"]}, "host (topolaunch_host) must be one address (a non-empty string), got ['127.0.0.1']"),
+    ({"port": True}, "port (topolaunch_port) must be an integer, got True"),
+])
+def test_module_hands_host_and_port_to_the_planner_unconverted(vnuma, run_module, args, words):
+    """Issue 25 item 9: type str made a list host "['127.0.0.1']", type int let true through as port 1."""
+    code, out, _ = run_module(sglang_plan, dict({"topology": vnuma, "model_path": model_path("glm-5-nvfp4"),
+                                                 "layout": "tp8"}, **args))
+    assert code == 1 and any(words in r for r in out["reasons"]), out

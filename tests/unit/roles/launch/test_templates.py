@@ -24,6 +24,8 @@ CASES = {
     "plain": {},
     "lab": {"launch_read_write_paths": ["/run/fake-nvml"], "launch_nvidia_modprobe": ""},
     "home": {"relaunch_plan": dict(PLAN, model_path="/home/ops/models/glm")},
+    "watermark": {"topolaunch_watermark_config": '{"key": "wm-s3cr3t"}', "relaunch_plan": dict(PLAN, sglang_version="0.5.23")},
+    "hub": {"relaunch_plan": dict(PLAN, model_path="zai-org/GLM-5"), "model_weights_hf_token": "hf_t0ken"},
     "soft": {"launch_hardening": False},
 }
 NAMES = ["unit.service.j2", "sglang.env.j2", "sglang-config.yaml.j2"]
@@ -62,9 +64,21 @@ def test_the_api_key_is_only_in_the_servers_config_file(rendered):
     assert "TOPOLAUNCH_API_KEY" not in files["sglang.env.j2"] and "api-key" not in files["unit.service.j2"].lower()
     assert '"--config" "/var/lib/topolaunch/sglang-config.yaml"' in files["unit.service.j2"]
     assert yaml.safe_load(files["sglang-config.yaml.j2"]) == {"api-key": KEY}   # as SGLang reads it
-    assert 'HF_TOKEN="hf_t0ken"' in files["sglang.env.j2"]
+    # issue 25 item 15: a local model directory needs no token, the server's environment does not get it
+    assert "hf_t0ken" not in files["sglang.env.j2"] and "HF_TOKEN" not in files["sglang.env.j2"]
+    assert 'HF_TOKEN="hf_t0ken"' in rendered["hub"]["sglang.env.j2"]      # a model the server loads from the Hub
     plain = rendered["plain"]
     assert not plain["sglang-config.yaml.j2"] and "--config" not in plain["unit.service.j2"]   # "" (None in 2.19)
+
+
+def test_the_watermark_config_is_only_in_the_servers_config_file(rendered):
+    """Issue 25 item 10: SGLang's watermark config (its keys) travels as the API key does."""
+    files = rendered["watermark"]
+    assert "wm-s3cr3t" not in files["unit.service.j2"] and "wm-s3cr3t" not in files["sglang.env.j2"]
+    assert '"--config" "/var/lib/topolaunch/sglang-config.yaml"' in files["unit.service.j2"]
+    assert yaml.safe_load(files["sglang-config.yaml.j2"]) == {"watermark-config": '{"key": "wm-s3cr3t"}'}
+    keyed = yaml.safe_load(rendered["keyed"]["sglang-config.yaml.j2"])
+    assert keyed == {"api-key": KEY}           # no empty watermark-config beside the key
 
 
 def test_hardening_settings(rendered):

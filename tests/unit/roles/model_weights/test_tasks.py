@@ -3,6 +3,11 @@ change"), run by Ansible itself on localhost: with `model_weights_source: path` 
 without the required files, fails there naming `topolaunch_model_path`; a complete one passes. And the download's
 tasks, skipped for any other source than hf, template their names without a warning."""
 
+import os
+import pathlib
+import shutil
+import tempfile
+
 import pytest
 import yaml
 from local_play import run_plays
@@ -58,3 +63,57 @@ def test_the_skipped_download_names_its_tasks_without_a_template_warning(tmp_pat
                        "when": "model_weights_source == 'hf'"}]}
     _facts, output = run_plays([play], tmp_path, [], with_output=True)
     assert "Start the download" in output and "is undefined" not in output and "template error" not in output, output
+
+
+FAKE_SUDO = """#!/bin/sh
+# sudo as Ansible calls it (sudo -H -S -n -u USER /bin/sh -c ...), done by runuser: this test runs as root
+while [ $# -gt 0 ]; do
+  case "$1" in -u) user=$2; shift 2;; -p) shift 2;; -*) shift;; *) break;; esac
+done
+exec runuser -u "$user" -- "$@"
+"""
+
+
+PYTHON = "/usr/bin/python3"      # one the service user can run (this venv's may live under /root)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("runuser") or not os.access(PYTHON, os.X_OK),
+                    reason="becomes another user: needs root, runuser and a system python")
+def test_the_index_is_read_as_the_service_user_never_root_through_a_link():
+    """Issue 25 item 11: root slurped model.safetensors.index.json, following a symlink to a root-only file (its
+    content was printed at -v). Read as the service user, the link to a root-only file fails; a plain index passes."""
+    base = pathlib.Path(tempfile.mkdtemp(prefix="tl-model-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        secret = base / "root-only.json"
+        secret.write_text('{"metadata": {"total_size": 1}, "note": "ROOT-ONLY-S3CR3T"}')
+        secret.chmod(0o600)
+        for name in ("linked", "plain"):
+            (base / name).mkdir()
+            (base / name).chmod(0o755)
+            (base / name / "config.json").write_text("{}")
+        (base / "linked" / "model.safetensors.index.json").symlink_to(secret)
+        (base / "plain" / "model.safetensors.index.json").write_text('{"metadata": {"total_size": 1}}')
+        for f in base.rglob("*.json"):
+            if f != secret and not f.is_symlink():
+                f.chmod(0o644)
+        sudo = base / "sudo"
+        sudo.write_text(FAKE_SUDO)
+        sudo.chmod(0o755)
+        plays = []
+        for i, name in enumerate(("linked", "plain")):
+            plays.append({"name": name, "hosts": "localhost", "gather_facts": False,
+                          "vars": {"model_weights_source": "path", "topolaunch_model_path": str(base / name),
+                                   "model_weights_inputs_checked": True, "topolaunch_service_user": "nobody",
+                                   "ansible_become_exe": str(sudo)},
+                          "tasks": [{"block": [
+                              {"ansible.builtin.include_role": {"name": "topolaunch.sglang.model_weights"}},
+                              {"ansible.builtin.set_fact": {"read_%d" % i: "passed"}}],
+                              "rescue": [{"ansible.builtin.set_fact": {
+                                  "read_%d" % i: "{{ ansible_failed_result.msg | default('failed') }}"}}]}]})
+        (linked, plain), output = run_plays(plays, base, ["read_0", "read_1"], with_output=True,
+                                            python=PYTHON)
+        assert plain == "passed", plain
+        assert linked != "passed" and "ROOT-ONLY-S3CR3T" not in linked + output, linked
+    finally:
+        shutil.rmtree(base)
