@@ -104,3 +104,11 @@ LOADER = (
      'default_threads': 8,
      'allowed_keys': ['enable_multithread_load', 'num_threads']}
 )
+
+NUMA = (
+    {'source': 'sglang/srt/utils/numa_utils.py:configure_subprocess',
+     'bind': 'numactl',
+     'args': '--cpunodebind={node} --membind={node}',
+     'probe': True,
+     'crash_env': 'SGLANG_CRASH_ON_NUMA_BIND_FAILURE'}
+)

@@ -95,3 +95,11 @@ LOADER = (
      'default_threads': 8,
      'allowed_keys': ['enable_multithread_load', 'num_threads']}
 )
+
+NUMA = (
+    {'source': 'sglang/srt/utils/numa_utils.py:configure_subprocess',
+     'bind': 'numactl',
+     'args': '--cpunodebind={numa_node} --membind={numa_node}',
+     'probe': False,
+     'crash_env': None}
+)
