@@ -620,7 +620,8 @@ def check(unit, plan_path, last_good_path, invocation_id=None, known="started", 
     since_start_s is its uptime) and, verified: verified, last_good_changed, url, health_s, generated_tokens,
     generated_text, answer_probe (with `probe`, the answer probe's settings: its result; a worker node: url,
     health_s, worker), numa_bind (with --numa-node in the plan: one line per scheduler, its binding checked by
-    numa_bind.check; a binding other than the plan's fails, state numa). A wrong answer fails like any unhealthy server (state answer). Without `record` every result
+    numa_bind.check; a binding other than the plan's fails, state numa). A wrong answer fails like any unhealthy
+    server (state answer). Without `record` every result
     also carries the last known good plan (last_good_plan, last_good_differs), as failures do: the nodes of one
     server record only once every node passed (mode record), and roll back together when one did not.
     mode serving: one look; the server must be ready, answer /health 200 and run the last known good plan. Nothing

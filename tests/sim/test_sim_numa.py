@@ -34,7 +34,8 @@ def fake_numactl(tmp_path, monkeypatch, memory_ok=True):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     log = tmp_path / "numactl.log"
-    refuse = "" if memory_ok else 'case "$*" in *--membind*|*--preferred*) echo "libnuma: node out of range" >&2; exit 1;; esac\n'
+    refuse = "" if memory_ok else ('case "$*" in *--membind*|*--preferred*) echo "libnuma: node out of range" >&2; '
+                                   'exit 1;; esac\n')
     (bindir / "numactl").write_text('#!/bin/sh\necho "$*" >> %s\n%sexit 0\n' % (log, refuse))
     (bindir / "numactl").chmod(0o755)
     monkeypatch.setenv("PATH", "%s:/usr/bin:/bin" % bindir)

@@ -19,9 +19,9 @@ The lab host has this machine's CPUs and one memory node, not the spec's. The no
 numa_node_to_cpus reads from sysfs on the real machine) come from the spec: the cpu_affinity of its GPUs on that
 node, which lab/lab.py folds onto the host's CPUs when the spec names CPUs the host lacks. What numactl gets is
 the release's ARGS translated to the host, the same binding on the machine the spec describes: `--cpunodebind=N`
-becomes `--physcpubind=<the spec node's CPUs>` (the host's node N, if it has one, is other CPUs), and a memory argument for a node the
-host has no memory on (/sys/devices/system/node/has_memory) is left out (the host cannot bind memory there; the
-simulator says so once). Health sees what the process got, in /proc.
+becomes `--physcpubind=<the spec node's CPUs>` (the host's node N, if it has one, is other CPUs), and a memory
+argument for a node the host has no memory on (/sys/devices/system/node/has_memory) is left out (the host cannot
+bind memory there; the simulator says so once). Health sees what the process got, in /proc.
 """
 import ctypes
 import logging
