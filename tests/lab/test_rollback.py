@@ -191,18 +191,21 @@ def test_relaunch_after_crashes_spent_systemds_start_limit(host, good_tp8, tp4pp
 def test_numa_node_binds_every_scheduler_and_a_failed_bind_rolls_back(host, good_tp8):
     """Issue 25 item 8. tp8 on the vnuma spec plans --numa-node 0 0 0 0 1 1 1 1 and, on 0.5.23, makes a failed bind
     fatal (SGLANG_CRASH_ON_NUMA_BIND_FAILURE=1); provisioning installed numactl, through which each scheduler
-    starts. Health checks every scheduler's CPUs and memory policy in /proc against the plan and says so; the
-    kept server is not restarted for it (same main pid). The spec's CPUs are folded onto the host's two (node 0 on
-    CPU 0, node 1 on CPU 1: lab/lab.py fold_cpus) and the host has memory on node 0 only. Then numactl is removed:
+    starts. Health checks every scheduler's CPUs and memory policy in /proc against the plan and says so, also on
+    the running server (--tags health: not restarted, same main pid). The spec's CPUs are folded onto the host's
+    two (node 0 on CPU 0, node 1 on CPU 1: lab/lab.py fold_cpus) and the host has memory on node 0 only. Then numactl is removed:
     a plan that binds fails at its start (the real bind failure), health fails, and the rollback puts the previous
     server (the small model on GPUs 0-3, one node: no --numa-node) back, serving."""
     def main_pid():
         return host.ssh("systemctl show -p MainPID --value %s" % UNIT).strip()
 
-    before = main_pid()
-    rc, out = host.relaunch("-e", "layout=tp8")
+    rc, out = host.relaunch("-e", "layout=tp8")                            # started bound (--tags relaunch forces)
     assert rc == 0, out[-4000:]
-    assert main_pid() == before and "not restarted" in out                    # kept, checked in place
+    assert "NUMA binding checked: " in out, out[-4000:]
+    before = main_pid()
+    rc, out = host.play("--tags", "health")                                # the running server, checked in place
+    assert rc == 0, out[-4000:]
+    assert main_pid() == before and "not restarted" in out
     plan = host.plan()
     assert plan["numa_bind"]["nodes"] == [0, 0, 0, 0, 1, 1, 1, 1] and plan["numa_bind"]["node_cpus"] == {
         "0": "0", "1": "1"}
