@@ -193,9 +193,9 @@ def test_numa_node_binds_every_scheduler_and_a_failed_bind_rolls_back(host, good
     fatal (SGLANG_CRASH_ON_NUMA_BIND_FAILURE=1); provisioning installed numactl, through which each scheduler
     starts. Health checks every scheduler's CPUs and memory policy in /proc against the plan and says so, also on
     the running server (--tags health: not restarted, same main pid). The spec's CPUs are folded onto the host's
-    two (node 0 on CPU 0, node 1 on CPU 1: lab/lab.py fold_cpus) and the host has memory on node 0 only. Then numactl is removed:
-    a plan that binds fails at its start (the real bind failure), health fails, and the rollback puts the previous
-    server (the small model on GPUs 0-3, one node: no --numa-node) back, serving."""
+    two (node 0 on CPU 0, node 1 on CPU 1: lab/lab.py fold_cpus) and the host has memory on node 0 only. Then
+    numactl is removed: a plan that binds fails at its start (the real bind failure), health fails, and the
+    rollback puts the previous server (the small model on GPUs 0-3, one node: no --numa-node) back, serving."""
     def main_pid():
         return host.ssh("systemctl show -p MainPID --value %s" % UNIT).strip()
 
