@@ -2,6 +2,8 @@
 runs, and the health check of each scheduler's binding against a /proc built from recorded files
 (tests/fixtures/proc/numa: /proc/<pid>/status and numa_maps of a process bound by set_mempolicy(MPOL_BIND, node 0)
 and sched_setaffinity({1}), and of an unbound one, recorded on a 2-CPU Debian 12 machine)."""
+import json
+
 import pytest
 from ansible_collections.topolaunch.sglang.plugins.module_utils import (health, numa_bind, planner,
                                                                          sglang_facts_0_5_9, sglang_facts_0_5_23)
@@ -175,8 +177,8 @@ def test_health_fails_on_a_binding_other_than_the_plans_and_reports_one_that_is(
     server); a healthy binding is in the result as numa_bind."""
     root, pids = bound_proc(tmp_path, [("sglang::scheduler_TP0", "bound", "0", 0),
                                        ("sglang::scheduler_TP1", "free", None, 1)])
-    monkeypatch.setattr(health.health_nodes, "unit_schedulers", lambda unit, proc_root, pids=False: pids_)
-    pids_ = pids
+    monkeypatch.setattr(health.health_nodes, "unit_schedulers", lambda unit, proc_root, pids=False: schedulers)
+    schedulers = pids
     monkeypatch.setattr(health, "wait_chunk", lambda *a, **k: {"state": "ready", "looks": 2})
     monkeypatch.setattr(health, "verify", lambda *a, **k: {"url": "http://127.0.0.1:30000"})
     plan_path = tmp_path / "current_plan.json"
@@ -197,7 +199,6 @@ def test_health_fails_on_a_binding_other_than_the_plans_and_reports_one_that_is(
 
 
 def planner_json(plan):
-    import json  # pylint: disable=import-outside-toplevel
     return json.dumps(dict(plan, port=30000, host="127.0.0.1", model_path="/m"))
 
 
