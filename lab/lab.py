@@ -322,7 +322,50 @@ def spec_files(spec_path):
         if rel in files:
             raise LabError(f"{where}: pci_bus_id {gpu['pci_bus_id']} appears twice")
         files[rel] = f"{numa}\n"
+    if fold_cpus(spec):
+        raw = (json.dumps(spec, indent=2) + "\n").encode()
     return raw, files
+
+
+def fold_cpus(spec, host_cpus=None):
+    """Fold the spec's CPUs onto the host's when it names CPUs the host lacks (a lab host has this machine's CPUs):
+    spec CPU c becomes host CPU H[c * len(H) // S] (H the host's CPUs in order, S the spec's highest CPU + 1), so
+    each NUMA node keeps CPUs of its own while the host has as many CPUs as the spec has nodes (a 2-node spec on 2
+    CPUs: node 0 on CPU 0, node 1 on CPU 1). The fake NVML then reports CPU affinities that exist, the topology
+    facts carry them, SGLang's simulator binds a scheduler to them through the real numactl and health finds them
+    in /proc (lab/sglang_sim/sglang/_sim/numa.py). True when it changed the spec."""
+    host = sorted(os.sched_getaffinity(0) if host_cpus is None else host_cpus)
+    lists = {i: _cpus(g.get("cpu_affinity")) for i, g in enumerate(spec["gpus"]) if isinstance(g, dict)}
+    named = set().union(*lists.values()) if lists else set()
+    if not named or named <= set(host):
+        return False
+    span = max(named) + 1
+    for i, cpus in lists.items():
+        if cpus:
+            spec["gpus"][i]["cpu_affinity"] = _cpulist({host[c * len(host) // span] for c in cpus})
+    return True
+
+
+def _cpus(text):
+    cpus = set()
+    for part in filter(None, str(text or "").split(",")):
+        a, _sep, b = part.partition("-")
+        cpus.update(range(int(a), int(b or a) + 1))
+    return cpus
+
+
+def _cpulist(cpus):
+    parts, run = [], []
+    for c in sorted(cpus):
+        if run and c == run[-1] + 1:
+            run.append(c)
+            continue
+        if run:
+            parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+        run = [c]
+    if run:
+        parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return ",".join(parts)
 
 
 # --------------------------------------------------------------------------------------------------------------

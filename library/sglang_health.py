@@ -36,6 +36,9 @@ description:
     through /v1/chat/completions to repeat a random 8-digit number; its answer must contain it. A base model is
     skipped unless the probe is on; then it gets a text to continue through /generate. A wrong answer fails like
     any unhealthy server (C(state=answer)), naming the number and what came back.
+  - With O(verify) and C(--numa-node) in the plan, every scheduler process's CPUs and memory policy must be its
+    node's (C(numa_bind) in the plan - the node's CPUs from the topology facts, within the launcher's CPUs); a
+    binding other than the plan's fails like any unhealthy server (C(state=numa)), one line per process.
   - Check mode writes nothing; the wait and the HTTP checks run as usual.
 extends_documentation_fragment:
   - topolaunch.sglang.common
@@ -160,7 +163,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 state:
-  description: ready, progress or waiting (on failure also dead, timeout, ranks or answer); recorded with
+  description: ready, progress or waiting (on failure also dead, timeout, ranks, numa or answer); recorded with
     O(mode=record).
   returned: when the unit was read
   type: str
@@ -243,6 +246,15 @@ answer_probe:
       asked also C(endpoint), C(number), C(prompt), C(expect), C(answer), C(finish_reason), C(completion_tokens).
   returned: when verified (not on a worker node), and when the probe failed
   type: dict
+numa_bind:
+  description:
+    - With C(--numa-node) in the plan (its C(numa_bind)), one line per scheduler process saying that its CPUs
+      (/proc/<pid>/status Cpus_allowed_list) and memory policy (/proc/<pid>/numa_maps) are the node's; a binding
+      other than the plan's fails health (C(state) numa) with one line per such process naming what it has and
+      what the plan wants.
+  returned: when verified with --numa-node in the plan, and when the binding check failed
+  type: list
+  elements: str
 error_lines:
   description: When the unit died, the log lines of this start that look like the error.
   returned: failure

@@ -38,6 +38,12 @@ What one version does when the server args leave it to SGLang, read with ``ast``
                     flag, its ServerArgs field (0.5.23 calls --fp8-gemm-backend's fp8_gemm_runner_backend), its
                     default and its choices, read from launch_server's argument definitions (tools/sglang_flags.py's
                     extract_flags); a kind the release has no flag for is None
+    NUMA            how --numa-node binds each scheduler process (utils/numa_utils.py configure_subprocess: the
+                    spawn executable becomes a script running `numactl ARGS python`), the arguments it starts
+                    from, whether it dry-runs numactl first (0.5.23 _probe_numactl_args: a failed bind is then a
+                    warning and the scheduler runs unbound), and the environment variable that makes a failed bind
+                    fatal (0.5.23 SGLANG_CRASH_ON_NUMA_BIND_FAILURE, raised by _handle_numa_bind_failure; None in
+                    0.5.9, where a bind numactl refuses, or a missing numactl, kills the scheduler at its start)
 
 Every fact is found by the shape of the code that computes it (an ``if gpu_mem < N * 1024`` chain, an
 ``reserved_mem += max(x, M) * K`` line, ...); a shape that is not found stops the tool naming the fact and the
@@ -742,6 +748,39 @@ def backend_facts(wheel):
     return out
 
 
+# ------------------------------------------------------------------------------------------------ NUMA
+
+NUMA_FILE = "sglang/srt/utils/numa_utils.py"
+
+
+def _env_attrs(node):
+    """Names X of every `envs.X` read under `node`."""
+    return [n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+            and n.value.id == "envs"]
+
+
+def numa_facts(wheel):
+    file, func = wheel.function([(NUMA_FILE, "configure_subprocess")], "NUMA")
+    tree = wheel.tree(file)
+    funcs = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    maker = funcs.get("_create_numactl_executable")
+    script = [c for c in ast.walk(maker) if isinstance(c, ast.Constant) and isinstance(c.value, str)
+              and "exec numactl" in c.value] if maker else []
+    if not script:
+        raise FactError("%s: %s: no _create_numactl_executable writing `exec numactl` (for NUMA)"
+                        % (wheel.path.name, file))
+    args = sorted({"".join(v.value if isinstance(v, ast.Constant) else "{%s}" % ast.unparse(v.value)
+                           for v in j.values) for j in ast.walk(tree) if isinstance(j, ast.JoinedStr)
+                   and j.values and isinstance(j.values[0], ast.Constant)
+                   and j.values[0].value.startswith("--cpunodebind=")})
+    if not args:
+        raise FactError("%s: %s: no --cpunodebind= arguments (for NUMA)" % (wheel.path.name, file))
+    handler = funcs.get("_handle_numa_bind_failure")
+    crash = [a for a in _env_attrs(handler) if "CRASH" in a] if handler else []
+    return {"source": "%s:configure_subprocess" % file, "bind": "numactl", "args": args[0],
+            "probe": "_probe_numactl_args" in funcs, "crash_env": crash[0] if crash else None}
+
+
 # ------------------------------------------------------------------------------------------------ table
 
 
@@ -753,7 +792,7 @@ def extract_facts(path):
             "CUDA_GRAPH": cuda_graph_facts(wheel, memory_func), "RUNNING": running_facts(wheel),
             "PP": pp_facts(wheel), "SPARSE_ATTENTION_BACKENDS": sparse_attention_backends(wheel),
             "LOADER": loader_facts(wheel), "BACKENDS": backend_facts(wheel),
-            "SPECULATIVE": speculative_facts(wheel)}
+            "SPECULATIVE": speculative_facts(wheel), "NUMA": numa_facts(wheel)}
 
 
 def render(facts):
@@ -762,7 +801,7 @@ def render(facts):
            "Regenerate: tools/sglang_facts.py --all. tools/sglang_facts.py describes every key; each table names the",
            "source function it was read from.", '"""', ""]
     for key in ("VERSION", "MEMORY", "CUDA_GRAPH", "RUNNING", "PP", "SPARSE_ATTENTION_BACKENDS", "LOADER",
-                "BACKENDS", "SPECULATIVE"):
+                "BACKENDS", "SPECULATIVE", "NUMA"):
         out.append(PYLITERAL.literal(key, facts[key], sort_dicts=False))
         out.append("")
     return "\n".join(out)

@@ -18,7 +18,8 @@ Layout of OUT (the URL root, inventory var `lab_repo_url`):
                              host needs to run SGLang's own client offline in a venv of its own (README.md, "The
                              real benchmark client")
     apt/debian12/x86_64/ also carries the REAL Debian 12 packages of the monitoring stage (DEBIAN_DEBS: prometheus,
-                             prometheus-node-exporter and what they need beyond the lab's rootfs), downloaded from
+                             prometheus-node-exporter and what they need beyond the lab's rootfs) and numactl
+                             (with libnuma1, for SGLang's --numa-node), downloaded from
                              Debian once into build/debian-debs/ and checked against their pinned sha256: lab hosts
                              install them offline, as a real box installs them from its mirror
     models/<name>.tar        stand-in model directory (config.json + model.safetensors.index.json, no weights) and
@@ -145,6 +146,12 @@ DEBIAN_DEBS = [
      "pool/main/p/prometheus/prometheus_2.42.0+ds-5+deb12u1_amd64.deb"),
     ("prometheus-node-exporter", "1.5.0-1+b6", "8cb5b39627595ea2cf3cd27be593e0e9af87023d29e1c5b8487e2f9510097e09",
      "pool/main/p/prometheus-node-exporter/prometheus-node-exporter_1.5.0-1+b6_amd64.deb"),
+    # numactl, through which SGLang starts each scheduler bound to its --numa-node (the sglang role installs it,
+    # pinned in roles/sglang/defaults/main.yml), and the libnuma it needs
+    ("libnuma1", "2.0.16-1", "639e1ab6bd66ead40db8a22c332d7199679fa22db261cac34444eb8eb4c17dda",
+     "pool/main/n/numactl/libnuma1_2.0.16-1_amd64.deb"),
+    ("numactl", "2.0.16-1", "a46c5dfc06fbf1bb44c4c00b58cfc3a202479f3dd99df99bda069e416abd592a",
+     "pool/main/n/numactl/numactl_2.0.16-1_amd64.deb"),
 ]
 DEBIAN_ARCHIVE = "http://deb.debian.org/debian/"
 DEBIAN_SECURITY_ARCHIVE = "http://deb.debian.org/debian-security/"

@@ -39,7 +39,7 @@ import time
 import urllib.error
 import urllib.request
 
-from . import health_nodes
+from . import health_nodes, numa_bind
 from .constants import base_version, server_view
 from .system import file_differs, journal, run as _run, show, write_atomic
 from .text import shown
@@ -635,7 +635,7 @@ def check(unit, plan_path, last_good_path, invocation_id=None, known="started", 
           journal_lines=50, verify_server=False, check_mode=False, api_key="", ready_timeout=30.0, http_timeout=60.0,
           prompt="The capital of France is", max_new_tokens=8, owner=(0, 0), run=_run, http=http_request,
           clock=time.monotonic, sleep=time.sleep, mode="start", record=True, proc_root="/proc", probe=None,
-          rng=None):
+          rng=None, sysfs_root="/sys"):
     """One call of sglang_health.
 
     mode start: read the plan, wait one chunk; when ready and verify_server, verify the server (and on a server
@@ -643,7 +643,9 @@ def check(unit, plan_path, last_good_path, invocation_id=None, known="started", 
     `owner`). Returns the wait's result plus plan, already_serving (the first look of a new wait found it serving:
     since_start_s is its uptime) and, verified: verified, last_good_changed, url, health_s, generated_tokens,
     generated_text, answer_probe (with `probe`, the answer probe's settings: its result; a worker node: url,
-    health_s, worker). A wrong answer fails like any unhealthy server (state answer). Without `record` every result
+    health_s, worker), numa_bind (with --numa-node in the plan: one line per scheduler, its binding checked by
+    numa_bind.check; a binding other than the plan's fails, state numa). A wrong answer fails like any unhealthy
+    server (state answer). Without `record` every result
     also carries the last known good plan (last_good_plan, last_good_differs), as failures do: the nodes of one
     server record only once every node passed (mode record), and roll back together when one did not.
     mode serving: one look; the server must be ready, answer /health 200 and run the last known good plan. Nothing
@@ -674,6 +676,13 @@ def check(unit, plan_path, last_good_path, invocation_id=None, known="started", 
             problem = health_nodes.rank_problem(unit, plan, proc_root)
             if problem:
                 raise HealthError(problem, dict(result, state="ranks"))
+            bound, unbound = numa_bind.check(plan, health_nodes.unit_schedulers(unit, proc_root, pids=True),
+                                             proc_root, sysfs_root) if numa_bind.planned(plan) else ([], [])
+            if unbound:
+                raise HealthError("The NUMA binding is not the plan's: %s" % "; ".join(unbound),
+                                  dict(result, state="numa", numa_bind=bound + unbound))
+            if bound:
+                result["numa_bind"] = bound
             warnings = []
             result["last_good_changed"] = (record_last_good(text, last_good_path, check_mode=check_mode, owner=owner,
                                                             warnings=warnings) if record else False)

@@ -40,8 +40,8 @@ def milestones(plan, base):
     return [(key, WORKER_READY if key == "ready" else words) for key, words in base]
 
 
-def unit_schedulers(unit, proc_root="/proc"):
-    """Titles of the scheduler processes in the unit's cgroup, sorted."""
+def unit_schedulers(unit, proc_root="/proc", pids=False):
+    """Titles of the scheduler processes in the unit's cgroup, sorted; with `pids`, (pid, title) pairs."""
     titles = []
     for entry in os.listdir(proc_root):
         if not entry.isdigit():
@@ -49,8 +49,8 @@ def unit_schedulers(unit, proc_root="/proc"):
         info = read_process(int(entry), proc_root)
         if info and info["state"] not in ("Z", "X") and info["title"].startswith(TITLE_PREFIX) \
                 and in_unit_cgroup(info["cgroup"], unit):
-            titles.append(info["title"])
-    return sorted(titles)
+            titles.append((info["pid"], info["title"]) if pids else info["title"])
+    return sorted(titles, key=lambda t: (t[1], t[0]) if pids else t)
 
 
 def rank_problem(unit, plan, proc_root="/proc"):

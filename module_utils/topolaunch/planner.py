@@ -68,8 +68,8 @@ import math
 import os
 import re
 
-from . import (constants, known_combinations, model_config, plan_nodes, plan_perf, plan_preflight, plan_speculative,
-               sglang_facts_0_5_9, sglang_facts_0_5_23, tune_backends)
+from . import (constants, known_combinations, model_config, numa_bind, plan_nodes, plan_perf, plan_preflight,
+               plan_speculative, sglang_facts_0_5_9, sglang_facts_0_5_23, tune_backends)
 from .constants import base_version
 from .plan_args import FlagIndex, PLANNER_FLAGS, check_server_args, metrics_argv, supported_versions, text_problem
 from .plan_score import (MAX_IN_FLIGHT, SATURATING, Links, Shape, check_workload, estimate, estimate_at_slo, gemm_peak,
@@ -1600,6 +1600,13 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
                  "topology_fingerprint": ctx.nodes[r].fingerprint, "host": servers[r]["host"],
                  "port": servers[r]["port"], "processes": plan_nodes.scheduler_titles(tp, pp, ep, nnodes, r)}
                 for r, order in enumerate(per_node_order)]
+    numa_facts = getattr(sglang_facts(version), "NUMA", None)
+    for entry in per_node:      # --numa-node: a failed bind fatal where the release has the switch (numa_bind)
+        record, numa_env = numa_bind.plan_record(entry["argv"], ctx.nodes[entry["node_rank"]].gpus.values(),
+                                                 numa_facts)
+        if record:
+            entry["numa_bind"] = record
+            entry["env"].update(numa_env)
     mine = per_node[node_rank]
     if ctx.topo_file:
         mine["env"]["NCCL_TOPO_FILE"] = ctx.topo_file      # written on this host for its topology
@@ -1657,6 +1664,8 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
         "tp_groups": [g["gpus"] for g in placement["groups"][node_rank]],
         "node_rank": node_rank,
     }
+    if mine.get("numa_bind"):
+        result["numa_bind"] = mine["numa_bind"]
     if ctx.fit:
         result["fit"] = public_fit(ctx.fit)
     if ctx.backends:

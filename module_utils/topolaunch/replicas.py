@@ -174,5 +174,9 @@ def replica_plan(plan, replica):
                                                      "of": layout.get("dp", 1)}})
     out.pop("replicas", None)
     out.pop("gateway", None)
+    if replica.get("numa_nodes"):       # health checks this replica's own --numa-node (numa_bind)
+        out["numa_bind"] = dict(plan.get("numa_bind") or {"node_cpus": {}}, nodes=list(replica["numa_nodes"]))
+    else:
+        out.pop("numa_bind", None)
     return out
 

@@ -205,3 +205,11 @@ SPECULATIVE = (
      'pp_algorithms': ['EAGLE'],
      'pp_env': 'SGLANG_ENABLE_PP_SPEC'}
 )
+
+NUMA = (
+    {'source': 'sglang/srt/utils/numa_utils.py:configure_subprocess',
+     'bind': 'numactl',
+     'args': '--cpunodebind={node} --membind={node}',
+     'probe': True,
+     'crash_env': 'SGLANG_CRASH_ON_NUMA_BIND_FAILURE'}
+)

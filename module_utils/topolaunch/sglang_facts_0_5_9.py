@@ -164,3 +164,11 @@ SPECULATIVE = (
      'pp_algorithms': [],
      'pp_env': None}
 )
+
+NUMA = (
+    {'source': 'sglang/srt/utils/numa_utils.py:configure_subprocess',
+     'bind': 'numactl',
+     'args': '--cpunodebind={numa_node} --membind={numa_node}',
+     'probe': False,
+     'crash_env': None}
+)

@@ -2,6 +2,7 @@
 good layout, a server that ignores SIGTERM, orphan schedulers, systemd's restarts and start limit.
 
 One host (ssh 127.0.0.1:2234, server port 31190, repo server 18084, state in .lab/pytest-rollback/): tests/lab/lifecyclelab.py.
+Also the NUMA binding of --numa-node: checked by health, and a failed bind (numactl removed) rolled back.
 After each case: no GPU memory is held by anything but the running unit, and a process of another user on a GPU
 outside the plan is still alive.
 
@@ -11,7 +12,7 @@ import re
 
 import pytest
 
-from lifecyclelab import LAB_MISSING, UNIT, assert_only_the_unit_holds_gpus, booted_host, shlex_quote
+from lifecyclelab import LAB_MISSING, SMALL_MODEL, UNIT, assert_only_the_unit_holds_gpus, booted_host, shlex_quote
 
 NAME, SSH_PORT, SERVER_PORT, REPO_PORT = "pytest-rollback", 2234, 31190, 18084
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(LAB_MISSING, reason="needs root, systemd-nspawn and debootstrap")]
@@ -166,3 +167,61 @@ def test_relaunch_after_crashes_spent_systemds_start_limit(host, good_tp8, tp4pp
     plan = host.plan()
     assert plan["layout"]["name"] == "tp8" and host.healthy(plan["port"])
     assert_only_the_unit_holds_gpus(host, plan)
+
+
+def test_numa_node_binds_every_scheduler_and_a_failed_bind_rolls_back(host, good_tp8):
+    """Issue 25 item 8. tp8 on the vnuma spec plans --numa-node 0 0 0 0 1 1 1 1 and, on 0.5.23, makes a failed bind
+    fatal (SGLANG_CRASH_ON_NUMA_BIND_FAILURE=1); provisioning installed numactl, through which each scheduler
+    starts. Health checks every scheduler's CPUs and memory policy in /proc against the plan and says so, also on
+    the running server (--tags health: not restarted, same main pid). The spec's CPUs are folded onto the host's
+    two (node 0 on CPU 0, node 1 on CPU 1: lab/lab.py fold_cpus) and the host has memory on node 0 only. Then
+    numactl is removed: a plan that binds fails at its start (the real bind failure), health fails, and the
+    rollback puts the previous server (the small model on GPUs 0-3, one node: no --numa-node) back, serving."""
+    def main_pid():
+        return host.ssh("systemctl show -p MainPID --value %s" % UNIT).strip()
+
+    rc, out = host.relaunch("-e", "layout=tp8")                            # started bound (--tags relaunch forces)
+    assert rc == 0, out[-4000:]
+    assert "NUMA binding checked: " in out, out[-4000:]
+    before = main_pid()
+    rc, out = host.play("--tags", "health")                                # the running server, checked in place
+    assert rc == 0, out[-4000:]
+    assert main_pid() == before and "not restarted" in out
+    plan = host.plan()
+    assert plan["numa_bind"]["nodes"] == [0, 0, 0, 0, 1, 1, 1, 1] and plan["numa_bind"]["node_cpus"] == {
+        "0": "0", "1": "1"}
+    assert plan["env"]["SGLANG_CRASH_ON_NUMA_BIND_FAILURE"] == "1"
+    assert host.ssh("dpkg-query -W -f '${Version}' numactl") == "2.0.16-1"
+    assert "NUMA binding checked: " in out, out[-4000:]
+    assert re.search(r"sglang::scheduler_TP0 \(pid \d+, CUDA device 0\) runs on CPUs 0 with memory policy bind:0: "
+                     r"bound to NUMA node 0 as planned", out), out[-4000:]
+    assert re.search(r"sglang::scheduler_TP7 \(pid \d+, CUDA device 7\) runs on CPUs 1 with memory policy default: "
+                     r"bound to NUMA node 1 as planned; memory not checked: this host has no memory on node 1", out)
+    # the kernel's own view of one scheduler per node, read here rather than through the module
+    bound = host.ssh("for p in $(pgrep -u sglang -f 'sglang::scheduler_TP[07]'); do "
+                     "grep -h Cpus_allowed_list /proc/$p/status; done")
+    assert sorted(bound.split()) == ["0", "1", "Cpus_allowed_list:", "Cpus_allowed_list:"], bound
+
+    small = ["-e", "topolaunch_model_path=/srv/models/%s" % SMALL_MODEL,
+             "-e", "topolaunch_served_model_name=%s" % SMALL_MODEL, "-e", '{"topolaunch_gpus": [0, 1, 2, 3]}',
+             "-e", "layout=tp4"]
+    rc, out = host.relaunch(*small)
+    assert rc == 0, out[-4000:]
+    previous = host.plan()
+    assert "numa_bind" not in previous and "--numa-node" not in previous["argv"]
+    host.ssh("mv /usr/bin/numactl /usr/bin/numactl.h25n")
+    try:
+        rc, out = host.relaunch("-e", "layout=tp8")
+        assert rc != 0
+        assert "numactl could not apply NUMA binding for node 0" in out and "No such file or directory: " \
+               "'numactl'" in out, out[-6000:]
+        assert "Layout tp8 failed its health check" in out, out[-4000:]
+        assert "Rolled back to the last known good layout tp4" in out and "healthy and serving" in out
+        plan = host.plan()
+        assert plan["layout"]["name"] == "tp4" and plan["model_path"] == previous["model_path"]
+        assert host.healthy(plan["port"])
+        assert_only_the_unit_holds_gpus(host, plan)
+    finally:
+        host.ssh("mv /usr/bin/numactl.h25n /usr/bin/numactl")
+    rc, out = host.relaunch("-e", "layout=tp8")
+    assert rc == 0, out[-4000:]

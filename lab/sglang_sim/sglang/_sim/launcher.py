@@ -30,7 +30,7 @@ import threading
 import time
 
 import sglang
-from sglang._sim import dist, flags, gpumem, hardware, logutil, metrics, modelcfg, perf, release, server, validate
+from sglang._sim import dist, flags, gpumem, hardware, logutil, metrics, modelcfg, numa, perf, release, server, validate
 from sglang._sim.engine import Engine
 
 logger = logging.getLogger("sglang.srt.entrypoints.engine")
@@ -257,6 +257,7 @@ class Launcher:
                                     env_float("SGLANG_SIM_NET_LATENCY_US", perf.NET_LATENCY_US))
         logger.info(logutil.simulated_banner())
         self.spec = hardware.load_spec()
+        self.binder = numa.Binder(self.spec)
         self.visible = hardware.visible_devices(self.spec)
         gpu_mib = self.spec.gpus[self.visible[0]].memory_total / MIB if self.visible else 0
         self.model = modelcfg.load(args.model_path)  # SGLang reads the model's config while resolving its args
@@ -296,14 +297,14 @@ class Launcher:
             nvml = self.visible[ordinal] if ordinal < len(self.visible) else None
             node, why = self.numa_binding(ordinal, nvml) if nvml is not None else (None, "no GPU")
             if node is not None:
-                logger.info("simulator: NUMA: the scheduler on GPU %d would start through `numactl --cpunodebind=%d "
-                            "--membind=%d` (node from %s); the simulator does not bind", ordinal, node, node, why)
+                logger.info("simulator: NUMA: the scheduler on GPU %d starts through numactl bound to node %d (node "
+                            "from %s)", ordinal, node, why)
             elif release.at_least("0.5.23") and why not in told and why in ("numactl is not installed",
                                                                              "the GPU's NVML memory affinity is empty"):
                 told.add(why)  # SGLang says this at debug level only; the lab says it once
                 logger.info("simulator: NUMA: no automatic binding (SGLANG_AUTO_NUMA_BIND) for the scheduler on GPU "
                             "%d: %s", ordinal, why)
-            ranks.append({"d": d, "s": s, "t": t, "ordinal": ordinal, "gpu": nvml})
+            ranks.append({"d": d, "s": s, "t": t, "ordinal": ordinal, "gpu": nvml, "numa_node": node})
         avail = {}
         for r in ranks:
             if r["gpu"] is not None and r["gpu"] not in avail:
@@ -331,7 +332,7 @@ class Launcher:
             plans.append({
                 "kind": "scheduler", "rank": i, "title": title, "log_prefix": prefix,
                 "dp_rank": r["d"], "pp_rank": r["s"], "tp_rank": r["t"], "cuda_ordinal": r["ordinal"],
-                "gpu": r["gpu"], "n_visible": len(self.visible), "memory": mem,
+                "gpu": r["gpu"], "n_visible": len(self.visible), "memory": mem, "numa_node": r["numa_node"],
                 "construction_error": construction, "model_type": model.architecture,
                 "dist": dist_cfg and dict(dist_cfg, rank=tp * r["s"] + r["t"],
                                           spec=self.spec.data if i == 0 else None),
@@ -350,7 +351,7 @@ class Launcher:
     def numa_binding(self, ordinal, nvml_index):
         """(node, where from) for the scheduler on CUDA device `ordinal`, or (None, why not): numa_utils.
         configure_subprocess with SGLANG_NUMA_BIND_V2 (default true), which starts the scheduler through a script
-        running `numactl --cpunodebind=N --membind=N`. 0.5.9 binds only with --numa-node
+        running `numactl --cpunodebind=N --membind=N` (numa.py runs it for real). 0.5.9 binds only with --numa-node
         (59:sglang/srt/utils/numa_utils.py:16-27); 0.5.23 also binds automatically (SGLANG_AUTO_NUMA_BIND, default
         true) on a NUMA host with numactl installed, to the GPU's NVML memory affinity
         (523:sglang/srt/utils/numa_utils.py:128-155, 377-445). The lab host's own sysfs is this machine's, so
@@ -420,8 +421,12 @@ class Launcher:
         env = dict(os.environ, PYTHONEXECUTABLE=sys.executable)
         package_root = os.path.dirname(os.path.dirname(os.path.abspath(sglang.__file__)))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))
+        # a scheduler bound to a NUMA node starts through SGLang's numactl script (numa.py), else the interpreter
+        executable = sys.executable
+        if plan["kind"] == "scheduler" and plan.get("numa_node") is not None:
+            executable = self.binder.executable(plan["numa_node"], plan["cuda_ordinal"]) or sys.executable
         # argv[0] is the title (what ps shows when setproctitle is not installed; the child sets it anyway)
-        proc = subprocess.Popen([plan["title"], "-m", "sglang._sim.rank", str(write_fd)], executable=sys.executable,
+        proc = subprocess.Popen([plan["title"], "-m", "sglang._sim.rank", str(write_fd)], executable=executable,
                                 stdin=subprocess.PIPE, pass_fds=(write_fd,), env=env)
         os.close(write_fd)
         # stdin stays open: the plan is its first line, requests (0.5.23's ShutdownReq) follow

@@ -100,6 +100,12 @@ def test_replica_plan_is_the_one_plan_shape(tmp_path):
     assert one["replica"] == {"index": 1, "unit": "topolaunch-sglang@1.service", "of": 2}
     assert "replicas" not in one and "gateway" not in one
     assert one["layout"] == plan["layout"] and one["model_path"] == plan["model_path"]
+    # health checks the replica's own binding: its --numa-node, the node CPUs of the plan's record
+    assert rep["numa_nodes"] == [1, 1, 1, 1]
+    assert one["numa_bind"]["nodes"] == [1, 1, 1, 1]
+    assert one["numa_bind"]["node_cpus"] == plan["numa_bind"]["node_cpus"] == {"0": "0-31", "1": "32-63"}
+    unbound = replicas.replica_plan(dict(plan, replicas=[rep]), dict(rep, numa_nodes=None))
+    assert "numa_bind" not in unbound
 
 
 def test_each_replica_runs_the_shared_argv_then_its_own_host_port_and_numa_node(tmp_path):
