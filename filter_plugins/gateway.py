@@ -63,7 +63,8 @@ def host_served_plan(records, unit_files, gateway_unit=gateway.UNIT_NAME):
     out["replicas"] = [{"index": r["replica"]["index"], "unit": r["replica"]["unit"],
                         "gpu_indices": list(r.get("gpu_indices") or []),
                         "cuda_visible_devices": r.get("cuda_visible_devices", ""), "env": dict(r.get("env") or {}),
-                        "argv": list(r.get("argv") or []), "host": r.get("host"), "port": r.get("port")}
+                        "argv": list(r.get("argv") or []), "host": r.get("host"), "port": r.get("port"),
+                        "numa_nodes": (r.get("numa_bind") or {}).get("nodes")}
                        for r in found]
     if gateway_unit in names:
         out["gateway"] = {"unit": gateway_unit}

@@ -39,7 +39,7 @@ import time
 import urllib.error
 import urllib.request
 
-from . import health_nodes, numa_bind
+from . import health_nodes
 from .constants import base_version, server_view
 from .system import file_differs, journal, run as _run, show, write_atomic
 from .text import shown
@@ -676,6 +676,9 @@ def check(unit, plan_path, last_good_path, invocation_id=None, known="started", 
             problem = health_nodes.rank_problem(unit, plan, proc_root)
             if problem:
                 raise HealthError(problem, dict(result, state="ranks"))
+            # imported here: the watchdog's package (watchdog_install) carries this module for the answer probe
+            # only, without the planner modules numa_bind needs (plan_nodes)
+            from . import numa_bind  # pylint: disable=import-outside-toplevel
             bound, unbound = numa_bind.check(plan, health_nodes.unit_schedulers(unit, proc_root, pids=True),
                                              proc_root, sysfs_root) if numa_bind.planned(plan) else ([], [])
             if unbound:
