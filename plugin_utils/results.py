@@ -244,7 +244,8 @@ def planned_topology(plan, hosts, facts_of, artifacts_dir):
             path = os.path.join(artifacts_dir, host, "topology.json")
             facts = _read_json(path) if os.path.isfile(path) else None
         found.append((host, facts or {}))
-    per_node = plan.get("per_node")
+    # a server across nodes (per_node), or replicas on several nodes (replica_nodes): every node's topology
+    per_node = plan.get("per_node") or plan.get("replica_nodes")
     planned = [n.get("topology_fingerprint") for n in per_node] if per_node else [plan.get("topology_fingerprint")]
     have = [facts.get("fingerprint") for _host, facts in found]
     if have != planned:

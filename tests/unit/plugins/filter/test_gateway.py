@@ -70,4 +70,5 @@ def test_the_watchdog_watches_each_replica_or_the_one_server(field):
 
 
 def test_filters_are_registered():
-    assert set(FilterModule().filters()) == {"replica_servers", "stale_units", "watched_servers"}
+    assert set(FilterModule().filters()) == {"replica_servers", "stale_units", "watched_servers", "gateway_here",
+                                             "gateway_host_problem"}
