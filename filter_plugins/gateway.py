@@ -27,19 +27,14 @@ def replica_env_file(env_file, index):
     return "%s@%d%s" % (root, int(index), ext)
 
 
-def _here(plan):
-    return int((plan or {}).get("node_rank", 0) or 0)
-
-
 def local_replicas(plan):
-    """The replicas of a served plan that run on this host (all of them on one host)."""
-    return [r for r in (plan or {}).get("replicas") or [] if int(r.get("node_rank", _here(plan))) == _here(plan)]
+    """gateway.local_replicas: the replicas of a served plan that run on this host."""
+    return gateway.local_replicas(plan)
 
 
 def gateway_here(plan):
-    """Whether the served plan's gateway runs on this host."""
-    gateway_ = (plan or {}).get("gateway")
-    return bool(gateway_) and int(gateway_.get("node_rank", _here(plan))) == _here(plan)
+    """gateway.runs_here: whether the served plan's gateway runs on this host."""
+    return gateway.runs_here(plan)
 
 
 def gateway_host_problem(gateway_host, nodes, servers, here):

@@ -12,8 +12,8 @@ from ansible_collections.topolaunch.sglang.plugins.module_utils import replicas 
 from ansible_collections.topolaunch.sglang.plugins.module_utils.constants import base_version
 from ansible_collections.topolaunch.sglang.plugins.module_utils.text import control_character
 
-__all__ = ["MODES", "POLICIES", "UNIT_NAME", "GatewayError", "wanted", "host_problem", "release_for", "argv",
-           "describe", "serve"]
+__all__ = ["MODES", "POLICIES", "UNIT_NAME", "GatewayError", "wanted", "local_replicas", "runs_here", "host_problem",
+           "release_for", "argv", "describe", "serve"]
 
 MODES = ("auto", "always", "never")
 # smg 1.13.0 bindings/python/src/smg/router_args.py COMMON_POLICY_CHOICES (the routing policies for regular workers)
@@ -35,6 +35,23 @@ def wanted(mode, dp):
     if mode not in MODES:
         raise GatewayError("topolaunch_gateway: %r is not one of %s" % (mode, ", ".join(MODES)))
     return mode == "always" or (mode == "auto" and int(dp) > 1)
+
+
+def _node_rank(plan):
+    return int((plan or {}).get("node_rank", 0) or 0)
+
+
+def local_replicas(plan):
+    """The replicas of a served plan that run on this host (the plan's own node_rank): all of them on one host."""
+    here = _node_rank(plan)
+    return [r for r in (plan or {}).get("replicas") or []
+            if isinstance(r, dict) and int(r.get("node_rank", here)) == here]
+
+
+def runs_here(plan):
+    """Whether the served plan's gateway runs on this host (on one host always; on several, the gateway's)."""
+    gateway = (plan or {}).get("gateway")
+    return bool(gateway) and int(gateway.get("node_rank", _node_rank(plan))) == _node_rank(plan)
 
 
 def host_problem(gateway_host, nodes, servers, here):
