@@ -269,8 +269,8 @@ def test_replicas_on_both_nodes_behind_one_gateway(cluster):
             assert cluster.ssh(node, "systemctl is-active %s" % unit).strip() == "active", node
             assert cluster.ssh(node, "ls /etc/systemd/system | grep -c 'topolaunch-sglang@' || true").strip() == "1"
             plan = cluster.plan(node, "replica-%d/current_plan.json" % index)
-            assert (plan["layout"]["name"], plan["gpu_indices"], plan["port"]) == (
-                "tp8dp2", list(range(8)), REPLICA_PORTS[index]), node
+            assert (plan["layout"]["name"], sorted(plan["gpu_indices"]), plan["port"]) == (
+                "tp8dp2", list(range(8)), REPLICA_PORTS[index]), (node, plan["gpu_indices"])
             # the multi-node server's own unit is gone (stopped, disabled, removed) on both nodes
             assert cluster.ssh(node, "systemctl is-active topolaunch-sglang.service || true").strip() != "active"
         # the gateway runs on node 0 alone and routes to both nodes' replicas
