@@ -66,7 +66,8 @@ def find_run(p, host, hostvars):
     model, fingerprint = filed_under(plan)
     out = {"changed": False, "measured_run": None}
     if p["artifacts_dir"]:
-        hosts = p["nodes"] if plan.get("per_node") else [host]
+        # a server across nodes, or replicas on several nodes: every node's topology
+        hosts = p["nodes"] if plan.get("per_node") or plan.get("replica_nodes") else [host]
         out["topology"] = planned_topology(plan, hosts, lambda h: _facts(hostvars, h), p["artifacts_dir"])
     runs = load_runs(p["results_dir"], model=model, fingerprint=fingerprint)
     found = measured_run(runs, plan, p["points"], p["bench"])

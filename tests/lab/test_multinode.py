@@ -291,8 +291,13 @@ def test_replicas_on_both_nodes_behind_one_gateway(cluster):
         assert [ask_gateway(cluster, i) for i in range(16)] == ["200"] * 16
         grown = [replica_requests(cluster, node, port) - b for node, port, b in zip(NODES, REPLICA_PORTS, before)]
         assert all(g > 0 for g in grown), grown
-        # a second run changes nothing on either node
-        rc, out, _ = cluster.relaunch(*REPLICAS)
+        # a deploy measures them through the gateway on node 0 (filed under the cluster fingerprint); a second one
+        # changes nothing on either node
+        rc, out, _ = cluster.play(*REPLICAS)
+        assert rc == 0, out[-6000:]
+        fingerprint = cluster.plan("node0", "replica-0/current_plan.json")["cluster_fingerprint"]
+        assert list((ROOT / "results").glob("*/%s/tp8dp2/*.jsonl" % fingerprint)), fingerprint
+        rc, out, _ = cluster.play(*REPLICAS)
         assert rc == 0, out[-6000:]
         recap = [line.split() for line in out.split("PLAY RECAP", 1)[1].splitlines() if line.startswith(NODES)]
         assert sorted(r[0] for r in recap) == list(NODES) and all("changed=0" in r for r in recap), (
