@@ -227,6 +227,13 @@ def filed_under(plan):
     return plan.get("model_name"), plan.get("cluster_fingerprint") or plan.get("topology_fingerprint")
 
 
+def plan_hosts(plan, nodes, host):
+    """The inventory hosts whose topology a plan's results are recorded with: every node (`nodes`, node-rank order)
+    for a server across nodes (per_node) or replicas on several nodes (replica_nodes), else `host` alone."""
+    plan = plan or {}
+    return list(nodes) if plan.get("per_node") or plan.get("replica_nodes") else [host]
+
+
 def planned_topology(plan, hosts, facts_of, artifacts_dir):
     """The topology facts a plan's results are recorded with (their .topology.json), checked against the plan.
 

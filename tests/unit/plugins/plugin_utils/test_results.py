@@ -486,8 +486,10 @@ def test_replicas_on_several_nodes_are_recorded_with_every_nodes_topology(tmp_pa
     plan = {"topology_fingerprint": "f0", "cluster_fingerprint": "c0",
             "replica_nodes": [{"node_rank": 0, "topology_fingerprint": "f0"},
                               {"node_rank": 1, "topology_fingerprint": "f1"}]}
-    got = results.planned_topology(plan, ["n0", "n1"], nodes.get, str(tmp_path))
+    assert results.plan_hosts(plan, ["n0", "n1"], "n0") == ["n0", "n1"]
+    got = results.planned_topology(plan, results.plan_hosts(plan, ["n0", "n1"], "n0"), nodes.get, str(tmp_path))
     assert (got["fingerprint"], got["nnodes"], got["gpu_count"]) == ("c0", 2, 16)
+    assert results.plan_hosts({"topology_fingerprint": "f0"}, ["n0", "n1"], "n1") == ["n1"]
 
 
 def test_a_server_across_nodes_is_recorded_with_every_nodes_topology(tmp_path):
