@@ -20,7 +20,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils import report
 from ansible_collections.topolaunch.sglang.plugins.plugin_utils.results import (ResultsError, failure_message,
                                                                                 filed_under, load_runs, measured_run,
-                                                                                planned_topology, record_run,
+                                                                                plan_hosts, planned_topology, record_run,
                                                                                 record_tune, tune_record)
 
 ARGUMENT_SPEC = {
@@ -66,7 +66,7 @@ def find_run(p, host, hostvars):
     model, fingerprint = filed_under(plan)
     out = {"changed": False, "measured_run": None}
     if p["artifacts_dir"]:
-        hosts = p["nodes"] if plan.get("per_node") else [host]
+        hosts = plan_hosts(plan, p["nodes"], host)
         out["topology"] = planned_topology(plan, hosts, lambda h: _facts(hostvars, h), p["artifacts_dir"])
     runs = load_runs(p["results_dir"], model=model, fingerprint=fingerprint)
     found = measured_run(runs, plan, p["points"], p["bench"])

@@ -5,6 +5,12 @@ module sglang_plan adds replicas and gateway to a plan).
     stale: "{{ unit_files | topolaunch.sglang.stale_units(plan, single_unit, template, gateway_unit) }}"
     watched: "{{ plan | topolaunch.sglang.watched_servers(single_unit, state_dir, env_file) }}"
     served: "{{ replica_records | topolaunch.sglang.host_served_plan(unit_files, gateway_unit) }}"
+    problem: "{{ gateway_host | topolaunch.sglang.gateway_host_problem(nodes, groups.sglang_servers, inventory_hostname) }}"
+    here: "{{ plan | topolaunch.sglang.gateway_here }}"
+
+With replicas on several hosts (the planner's replica_nodes) each host's served plan lists every replica (node_rank
+says where) and the gateway (its node_rank); this host's node_rank is the plan's own. A host runs its replicas, and
+the gateway when it is the gateway's node.
 """
 import os
 
@@ -22,11 +28,27 @@ def replica_env_file(env_file, index):
     return "%s@%d%s" % (root, int(index), ext)
 
 
+def local_replicas(plan):
+    """gateway.local_replicas: the replicas of a served plan that run on this host."""
+    return gateway.local_replicas(plan)
+
+
+def gateway_here(plan):
+    """gateway.runs_here: whether the served plan's gateway runs on this host."""
+    return gateway.runs_here(plan)
+
+
+def gateway_host_problem(gateway_host, nodes, servers, here):
+    """gateway.host_problem: '' or the one-line reason topolaunch_gateway_host is refused."""
+    return gateway.host_problem(gateway_host, nodes, servers, here)
+
+
 def replica_servers(plan, state_dir, env_file):
-    """One entry per replica of a served plan: what the one-server steps (validate, cleanup, launch, health,
-    rollback) take for it - {index, unit, plan (replicas.replica_plan), state_dir, env_file}."""
+    """One entry per replica of a served plan that runs on this host: what the one-server steps (validate,
+    cleanup, launch, health, rollback) take for it - {index, unit, plan (replicas.replica_plan), state_dir,
+    env_file}."""
     out = []
-    for r in (plan or {}).get("replicas") or []:
+    for r in local_replicas(plan):
         out.append({"index": r["index"], "unit": r["unit"], "plan": replicas.replica_plan(plan, r),
                     "state_dir": replica_state_dir(state_dir, r["index"]),
                     "env_file": replica_env_file(env_file, r["index"])})
@@ -73,13 +95,14 @@ def host_served_plan(records, unit_files, gateway_unit=gateway.UNIT_NAME):
 
 def stale_units(unit_files, plan, single_unit, template=replicas.UNIT_TEMPLATE, gateway_unit=gateway.UNIT_NAME):
     """The units of ours on the host (`unit_files`: names or paths in the unit directory) that the plan does not
-    run, the other shape's: with replicas, the single unit and replica instances beyond the plan's; without, every
-    replica instance and the gateway. Each: {unit, index (a replica's, else None)}."""
+    run here, the other shape's: with replicas, the single unit and replica instances beyond the plan's on this
+    host (and the gateway on a host that is not the gateway's); without, every replica instance and the gateway.
+    Each: {unit, index (a replica's, else None)}."""
     prefix, _at, suffix = str(template).partition("@")
-    wanted = {r["unit"] for r in (plan or {}).get("replicas") or []}
-    if (plan or {}).get("gateway"):
+    wanted = {r["unit"] for r in local_replicas(plan)}
+    if gateway_here(plan):
         wanted.add(gateway_unit)
-    else:
+    elif not (plan or {}).get("gateway"):
         wanted.add(single_unit)
     out = []
     for name in sorted({os.path.basename(str(p)) for p in unit_files or []}):
@@ -102,4 +125,5 @@ class FilterModule:
 
     def filters(self):
         return {"replica_servers": replica_servers, "stale_units": stale_units, "watched_servers": watched_servers,
-                "host_served_plan": host_served_plan}
+                "host_served_plan": host_served_plan, "gateway_here": gateway_here,
+                "gateway_host_problem": gateway_host_problem}

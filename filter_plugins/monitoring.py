@@ -18,6 +18,8 @@ or the host's `ansible_host` when it is a wildcard.
 import ipaddress
 import re
 
+from ansible_collections.topolaunch.sglang.plugins.module_utils import gateway
+
 SERVER_GROUP = "sglang_servers"
 GPU_GROUP = "gpu_hosts"
 # The GPU exporters the role can run, by `monitoring_gpu_exporter`.
@@ -89,20 +91,27 @@ def _endpoints(hostvars, groups):
 
     for host in servers:
         nodes = _var(hostvars, host, "topolaunch_nodes", []) or []
-        if len(nodes) >= 2 and host != nodes[0]:
-            continue  # a worker node serves only SGLang's dummy health check, no /metrics
         # this run's plan, else what the host runs (relaunch_host_plan: the stage run alone, playbooks/monitoring.yml)
         plan = _var(hostvars, host, "topolaunch_plan", {}) or _var(hostvars, host, "relaunch_host_plan", {}) or {}
-        served = [r for r in (plan.get("replicas") or []) if isinstance(r, dict)] if isinstance(plan, dict) else []
+        plan = plan if isinstance(plan, dict) else {}
+        if len(nodes) >= 2 and host != nodes[0] and not plan.get("replicas"):
+            continue  # a worker node serves only SGLang's dummy health check, no /metrics
+        # the plan serves replicas (topolaunch_gateway): each replica of this host where the plan put it (on several
+        # hosts, at its host's replica address)
+        served = [r for r in gateway.local_replicas(plan) if isinstance(r, dict)]
+        across = bool(plan.get("replica_nodes"))
         replicas = _var(hostvars, host, "topolaunch_replica_ports", []) or []
-        if served:      # this run's plan serves replicas (topolaunch_gateway): each replica where the plan put it
+        if served:
             for r in served:
                 add("sglang", host, "topolaunch_host", "topolaunch_replica_ports", r.get("unit"),
-                    port_value=r.get("port"), address_value=_var(hostvars, host, "topolaunch_host", "127.0.0.1"))
+                    port_value=r.get("port"), address_value=r.get("host") if across else
+                    _var(hostvars, host, "topolaunch_host", "127.0.0.1"))
         for port in [] if served else replicas or [_var(hostvars, host, "topolaunch_port", 30000)]:
             add("sglang", host, "topolaunch_host", "topolaunch_replica_ports" if replicas else "topolaunch_port",
                 _var(hostvars, host, "topolaunch_unit_name", "topolaunch-sglang.service"), port_value=port,
                 address_value=_var(hostvars, host, "topolaunch_host", "127.0.0.1"))
+        if plan.get("gateway") and not gateway.runs_here(plan):
+            continue  # replicas on several hosts: the gateway runs on one of them
         if _var(hostvars, host, "topolaunch_gateway_metrics_port") is not None or (served and plan.get("gateway")):
             add("sglang-gateway", host, "topolaunch_host", "topolaunch_gateway_metrics_port",
                 (plan.get("gateway") or {}).get("unit") if served else None,

@@ -147,6 +147,22 @@ options:
         description: C(--port) of that node.
         type: int
         required: true
+      address:
+        description:
+          - Where that node's replicas listen and the gateway reaches them (O(replica_nodes); default its O(host)).
+            An address other than loopback needs the API key (O(api_key_set)) or O(listen_without_api_key).
+        type: str
+  replica_nodes:
+    description:
+      - Several nodes - a DP layout may be served as whole replicas on each node (each replica inside one node)
+        behind one model gateway, ranked by the planner's replica model beside the layouts of one server across
+        the nodes. The plan then has C(replica_nodes) (which node holds which GPUs) and C(gateway_node).
+    type: bool
+    default: false
+  gateway_node:
+    description: Several nodes - the node (rank) the gateway runs on, listening on its O(node_servers) host and port.
+    type: int
+    default: 0
   gateway:
     description:
       - Serve a DP layout as independent replicas behind the model gateway (smg) - C(auto) when dp > 1, C(always)
@@ -392,7 +408,10 @@ ARGUMENT_SPEC = {
     "dist_init_addr": {"type": "str"},
     "allow_cross_node_tp": {"type": "bool", "default": False},
     "node_servers": {"type": "list", "elements": "dict", "options": {"host": {"type": "str", "required": True},
-                                                                     "port": {"type": "int", "required": True}}},
+                                                                     "port": {"type": "int", "required": True},
+                                                                     "address": {"type": "str"}}},
+    "replica_nodes": {"type": "bool", "default": False},
+    "gateway_node": {"type": "int", "default": 0},
     "gateway": {"type": "str", "default": "never"},
     "gateway_releases": {"type": "dict", "default": {}},
     "gateway_version": {"type": "str"},

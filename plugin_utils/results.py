@@ -234,6 +234,13 @@ def filed_under(plan):
     return plan.get("model_name"), plan.get("cluster_fingerprint") or plan.get("topology_fingerprint")
 
 
+def plan_hosts(plan, nodes, host):
+    """The inventory hosts whose topology a plan's results are recorded with: every node (`nodes`, node-rank order)
+    for a server across nodes (per_node) or replicas on several nodes (replica_nodes), else `host` alone."""
+    plan = plan or {}
+    return list(nodes) if plan.get("per_node") or plan.get("replica_nodes") else [host]
+
+
 def planned_topology(plan, hosts, facts_of, artifacts_dir):
     """The topology facts a plan's results are recorded with (their .topology.json), checked against the plan.
 
@@ -251,7 +258,8 @@ def planned_topology(plan, hosts, facts_of, artifacts_dir):
             path = os.path.join(artifacts_host_dir(artifacts_dir, host), "topology.json")
             facts = _read_json(path) if os.path.isfile(path) else None
         found.append((host, facts or {}))
-    per_node = plan.get("per_node")
+    # a server across nodes (per_node), or replicas on several nodes (replica_nodes): every node's topology
+    per_node = plan.get("per_node") or plan.get("replica_nodes")
     planned = [n.get("topology_fingerprint") for n in per_node] if per_node else [plan.get("topology_fingerprint")]
     have = [facts.get("fingerprint") for _host, facts in found]
     if have != planned:

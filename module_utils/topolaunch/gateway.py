@@ -12,8 +12,8 @@ from ansible_collections.topolaunch.sglang.plugins.module_utils import replicas 
 from ansible_collections.topolaunch.sglang.plugins.module_utils.constants import base_version
 from ansible_collections.topolaunch.sglang.plugins.module_utils.text import control_character
 
-__all__ = ["MODES", "POLICIES", "UNIT_NAME", "GatewayError", "wanted", "release_for", "argv", "describe",
-           "serve"]
+__all__ = ["MODES", "POLICIES", "UNIT_NAME", "GatewayError", "wanted", "local_replicas", "runs_here", "host_problem",
+           "release_for", "argv", "describe", "serve"]
 
 MODES = ("auto", "always", "never")
 # smg 1.13.0 bindings/python/src/smg/router_args.py COMMON_POLICY_CHOICES (the routing policies for regular workers)
@@ -35,6 +35,44 @@ def wanted(mode, dp):
     if mode not in MODES:
         raise GatewayError("topolaunch_gateway: %r is not one of %s" % (mode, ", ".join(MODES)))
     return mode == "always" or (mode == "auto" and int(dp) > 1)
+
+
+def _node_rank(plan):
+    return int((plan or {}).get("node_rank", 0) or 0)
+
+
+def local_replicas(plan):
+    """The replicas of a served plan that run on this host (the plan's own node_rank): all of them on one host."""
+    here = _node_rank(plan)
+    return [r for r in (plan or {}).get("replicas") or []
+            if isinstance(r, dict) and int(r.get("node_rank", here)) == here]
+
+
+def runs_here(plan):
+    """Whether the served plan's gateway runs on this host (on one host always; on several, the gateway's)."""
+    gateway = (plan or {}).get("gateway")
+    return bool(gateway) and int(gateway.get("node_rank", _node_rank(plan))) == _node_rank(plan)
+
+
+def host_problem(gateway_host, nodes, servers, here):
+    """Why topolaunch_gateway_host cannot be the gateway's host ('' when it can, or is empty): it must be a host of
+    the sglang_servers group (`servers`) and, with replicas on several hosts (`nodes`: topolaunch_nodes), one of
+    them; on one host, that host (`here`)."""
+    name = "" if gateway_host is None else str(gateway_host)
+    if not name:
+        return ""
+    servers = [str(h) for h in servers or []]
+    nodes = [str(h) for h in nodes or []]
+    if name not in servers:
+        return "topolaunch_gateway_host: %r is not a host of the sglang_servers group (%s)" % (
+            name, ", ".join(servers) or "it is empty")
+    if len(nodes) > 1 and name not in nodes:
+        return "topolaunch_gateway_host: %r is not one of topolaunch_nodes (%s), the hosts the replicas run on" % (
+            name, ", ".join(nodes))
+    if len(nodes) <= 1 and name != str(here):
+        return ("topolaunch_gateway_host: %r is not this host (%s): with topolaunch_nodes unset the replicas and "
+                "the gateway run on one host" % (name, here))
+    return ""
 
 
 def release_for(releases, version, sglang_version, mode="auto"):
@@ -124,9 +162,11 @@ def argv(replicas, host, port, policy="cache_aware", health_interval=10, extra=N
 def describe(gateway_argv, replicas):
     """One line for the plan's reason: what serves the endpoint."""
     policy = gateway_argv[gateway_argv.index("--policy") + 1]
-    return "%d replicas behind the model gateway (%s): %s" % (
-        len(replicas), policy, "; ".join("%s on GPUs %s port %d%s" % (
-            r["unit"], ",".join(map(str, r["gpu_indices"])), r["port"],
+    nodes = len({r.get("node_rank", 0) for r in replicas})
+    return "%d replicas behind the model gateway (%s)%s: %s" % (
+        len(replicas), policy, " on %d nodes" % nodes if nodes > 1 else "", "; ".join("%s%s on GPUs %s port %d%s" % (
+            r["unit"], " (node %d, %s)" % (r.get("node_rank", 0), r["host"]) if nodes > 1 else "",
+            ",".join(map(str, r["gpu_indices"])), r["port"],
             " NUMA %s" % ",".join(sorted({str(n) for n in r["numa_nodes"]})) if r.get("numa_nodes") else "")
             for r in replicas))
 
@@ -135,8 +175,8 @@ def serve(plan, topology=None, mode="auto", releases=None, version=None, policy=
           replica_ports=None, replica_host="127.0.0.1", extra=None, metrics_port=29000):
     """The plan as it is served: unchanged when the gateway is not wanted (dp = 1 keeps today's single unit, and
     `never` keeps SGLang's own --dp-size); else the plan with `replicas` (replicas.split: which replica is where)
-    and `gateway` {unit, version, package, requirements, host, port, url, policy, argv}. Every check runs here, on
-    the controller's plan, before anything on a host changes."""
+    and `gateway` {unit, node_rank (the node it runs on), version, package, requirements, host, port, url, policy,
+    argv}. Every check runs here, on the controller's plan, before anything on a host changes."""
     layout = plan.get("layout") or {}
     if not wanted(mode, layout.get("dp", 1)):
         return plan
@@ -150,7 +190,9 @@ def serve(plan, topology=None, mode="auto", releases=None, version=None, policy=
                         extra, metrics_port)
     out = dict(plan)
     out["replicas"] = reps
-    out["gateway"] = {"unit": UNIT_NAME, "version": row["version"], "package": row["package"],
+    # the node the gateway runs on: the planner's gateway_node with replicas on several nodes, else this one
+    out["gateway"] = {"unit": UNIT_NAME, "node_rank": int(plan.get("gateway_node", plan.get("node_rank", 0))),
+                      "version": row["version"], "package": row["package"],
                       "host": str(plan.get("host", "127.0.0.1")), "port": int(plan.get("port", 30000)),
                       "url": "http://%s:%d" % (replica_split.url_host(plan.get("host", "127.0.0.1")),
                                                int(plan.get("port", 30000))),

@@ -15,7 +15,8 @@ Plain Python 3.9+ stdlib, used by planner.py for plans with nnodes > 1 (SGLang's
   topology fingerprint covers is a warning that lists them.
 - `crossings`: where a layout's traffic crosses the network between nodes (a TP group spanning nodes: two
   allreduces per layer; a PP stage boundary between nodes: each micro-batch's hidden states), in words.
-- `check_node_servers`: each node's listen address (node 0: the API; the others: SGLang's health check server).
+- `check_node_servers`: each node's listen address (node 0: the API; the others: SGLang's health check server),
+  and where its replicas listen when a DP layout is served as replicas on several nodes (`address`).
 """
 from .plan_args import text_problem
 from .topology import fingerprint_basis
@@ -152,7 +153,8 @@ def check_nodes(topologies):
 
 
 def check_node_servers(servers, nnodes):
-    """([{host, port}] per node or None, reasons): where each node's SGLang listens (--host/--port)."""
+    """([{host, port[, address]}] per node or None, reasons): where each node's SGLang listens (--host/--port);
+    `address`, when given: where that node's replicas listen (replicas on several nodes)."""
     if servers is None:
         return None, []
     if not isinstance(servers, list) or len(servers) != nnodes:
@@ -167,5 +169,13 @@ def check_node_servers(servers, nnodes):
             reasons.append(text_problem(host, "node_servers[%d].host" % rank))
         if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
             reasons.append("node_servers[%d].port must be a port number (1-65535), got %r" % (rank, port))
-        out.append({"host": host, "port": port})
+        address = entry.get("address") if isinstance(entry, dict) else None
+        if address is not None and (not isinstance(address, str) or not address.strip() or address.startswith("-")
+                                    or any(c.isspace() for c in address)):
+            reasons.append("node_servers[%d].address (topolaunch_replica_address) must be a host name or address, "
+                           "got %r" % (rank, address))
+        elif address is not None and text_problem(address, "node_servers[%d].address" % rank):
+            reasons.append(text_problem(address, "node_servers[%d].address" % rank))
+        out.append({"host": host, "port": port} if address is None else {"host": host, "port": port,
+                                                                           "address": address})
     return (None if reasons else out), reasons

@@ -31,7 +31,10 @@ failing rules are reported, not just the first:
               chunked prefill (server_args.check_server_args)
   nodes       (tp*pp) % nnodes == 0; SGLang's node mapping (engine._launch_scheduler_processes) must give every
               pp rank a node: pp % nnodes == 0, or nnodes % pp == 0 and tp % (nnodes/pp) == 0; dp == 1 with
-              nnodes > 1 ("multi-node data parallel is not supported unless dp attention")
+              nnodes > 1 ("multi-node data parallel is not supported unless dp attention"), except replicas on
+              several nodes (replica_nodes: the model gateway serves the layout): dp % nnodes == 0, every node
+              holds dp/nnodes whole replicas of tp*pp GPUs, and a node whose replicas listen on an address the
+              network reaches follows the exposure rule (replica_exposure_problem)
   memory      weights per GPU + KV reserve (4096 tokens) <= usable memory (see below)
   flags       every server arg is a flag of the pinned version with a valid value and choice (plan_args)
 
@@ -158,13 +161,15 @@ def divisors(n):
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def enumerate_layouts(total_gpus, moe, nnodes=1):
-    """Every (tp, pp, dp, ep) with tp*pp*dp == total_gpus; ep | tp for MoE models; dp == 1 across nodes."""
+def enumerate_layouts(total_gpus, moe, nnodes=1, replica_nodes=False):
+    """Every (tp, pp, dp, ep) with tp*pp*dp == total_gpus; ep | tp for MoE models; dp == 1 across nodes, unless
+    the replicas are served on several nodes (replica_nodes): then also dp % nnodes == 0 (whole replicas on each
+    node)."""
     out = []
     for tp in divisors(total_gpus):
         for pp in divisors(total_gpus // tp):
             dp = total_gpus // tp // pp
-            if nnodes > 1 and dp > 1:
+            if nnodes > 1 and dp > 1 and not (replica_nodes and dp % nnodes == 0):
                 continue
             for ep in (divisors(tp) if moe else [1]):
                 out.append({"tp": tp, "pp": pp, "dp": dp, "ep": ep})
@@ -506,6 +511,8 @@ class _Context:
         self.allow_cross_node_tp = False  # several nodes: TP groups spanning nodes only when asked for
         self.known = None                 # known_combinations.apply's result: env, applied rules, reasons
         self.node_servers = None          # several nodes: [{host, port}] per node (default: host and port)
+        self.replica_nodes = False        # several nodes: a DP layout may be whole replicas on each node
+        self.exposure = (False, False)    # (api_key_set, listen_without_api_key): the exposure rule's inputs
         names = {n.gpus[i]["name"] for n in nodes for i in n.indices} or {"unknown"}
         self.gpu_names = sorted(names)
         first = next((n.gpus[i] for n in nodes for i in n.indices), {})
@@ -574,7 +581,20 @@ def _evaluate(ctx, c):
                                "pp_size=1 (token_dispatcher/flashinfer.py); measure before relying on it")
     # GPUs and nodes
     node_reasons = []
-    if nnodes > 1:
+    replicas_across = replicas_across_nodes(ctx, dp)
+    if replicas_across:
+        # Independent servers behind the gateway, each inside one node: nothing of a replica crosses the network
+        if dp % nnodes:
+            node_reasons.append("dp %d replicas cannot be spread evenly over %d nodes (whole replicas on each node)"
+                                % (dp, nnodes))
+        for rank, server in enumerate(ctx.node_servers or []):
+            problem = replica_exposure_problem(server.get("address") or server["host"], rank, *ctx.exposure)
+            if problem:
+                (out["warnings"] if ctx.exposure[1] is True else reasons).append(problem)
+        if not node_reasons:
+            out["network"] = "%d replica%s on each of %d nodes: only the gateway's hop crosses the network" % (
+                dp // nnodes, "" if dp // nnodes == 1 else "s", nnodes)
+    elif nnodes > 1:
         if (tp * pp) % nnodes:
             node_reasons.append("tp*pp = %d is not divisible by nnodes %d" % (tp * pp, nnodes))
         if dp > 1:
@@ -593,6 +613,8 @@ def _evaluate(ctx, c):
     tp_local, pp_local, nodes_per_pp = _node_mapping(tp, pp, nnodes)
     if nnodes == 1:
         tp_local, groups_local = tp, pp * dp
+    elif replicas_across:
+        tp_local, groups_local, nodes_per_pp = tp, pp * dp // nnodes, 1
     else:
         groups_local = pp_local
     placements = []
@@ -770,6 +792,8 @@ def _placement_facts(ctx, placements, tp, pp, dp, nodes_per_pp):
     boundaries = []
     stages_here = pp if ctx.nnodes == 1 else max(pp // ctx.nnodes, 1)
     replicas_here = dp if ctx.nnodes == 1 else 1
+    if replicas_across_nodes(ctx, dp):
+        stages_here, replicas_here = pp, dp // ctx.nnodes
     for node, here in zip(ctx.nodes, placements):
         boundaries.append([node.boundary_facts(here[d * stages_here + k], here[d * stages_here + k + 1])
                            for d in range(replicas_here) for k in range(stages_here - 1)])
@@ -1001,7 +1025,11 @@ class PlanRequest:
     server_args: ServerArgs field names to values. host, port, served_model_name: where and as what it serves.
     nnodes, node_rank, dist_init_addr: multi-node. allow_cross_node_tp: let TP groups span nodes (multi-node;
     refused by default). node_servers: [{host, port}] per node in node-rank order, where each node's SGLang listens
-    (node 0 the API, the others SGLang's health check server; default host and port on every node).
+    (node 0 the API, the others SGLang's health check server; default host and port on every node), and
+    `address`: where that node's replicas listen and the gateway reaches them (replica_nodes; default its host).
+    replica_nodes: several nodes may serve a DP layout as whole replicas on each node behind the model gateway
+    (gateway.py), ranked by the same replica model as replicas on one node; gateway_node: the node whose host and
+    port (node_servers) the gateway listens on.
     measured: measured records (results.measured_records).
     gpus: the GPU indices the plan may use (None = all). pp_layer_partition: layers per PP stage (None = SGLang's
     split, or one balanced by layer cost when the model estimates it faster). workload: {input_len, output_len,
@@ -1024,7 +1052,7 @@ class PlanRequest:
               "gpus": None, "pp_layer_partition": None, "workload": None, "preflight": None,
               "nccl_topo_file": None, "fits": None, "allow_cross_node_tp": False, "node_servers": None,
               "metrics": True, "api_key_set": False, "listen_without_api_key": False, "backends": None,
-              "speculative": "off", "speculative_accept_length": None}
+              "speculative": "off", "speculative_accept_length": None, "replica_nodes": False, "gateway_node": 0}
 
     def __init__(self, **fields):
         unknown = sorted(set(fields) - set(self.FIELDS))
@@ -1036,6 +1064,28 @@ class PlanRequest:
 
 
 WILDCARD_HOSTS = ("0.0.0.0", "::", "[::]", "*")
+LOOPBACK_HOSTS = ("localhost", "::1", "[::1]")
+
+
+def replicas_across_nodes(ctx, dp):
+    """Whether a layout of `dp` replicas is served as whole replicas on each of several nodes (behind the gateway)
+    rather than one server across them."""
+    return ctx.nnodes > 1 and dp > 1 and ctx.replica_nodes
+
+
+def replica_exposure_problem(address, rank, api_key_set, allowed):
+    """The exposure rule (exposure_problem) for the replicas of node `rank` on several nodes: they listen on
+    `address`, where the gateway on another node reaches them, so anyone else on that network does too unless the
+    API key (passed to every replica) is set. None for a loopback address or with the key."""
+    text = str(address).strip()
+    if api_key_set is True or text in LOOPBACK_HOSTS or text.startswith("127."):
+        return None
+    if allowed is True:
+        return ("node %d's replicas listen on %s without an API key: anyone who reaches that address can use them "
+                "(topolaunch_listen_without_api_key is true)" % (rank, text))
+    return ("node %d's replicas listen on %s (topolaunch_replica_address), where the gateway reaches them, without "
+            "an API key: set topolaunch_api_key (ansible-vault), or topolaunch_listen_without_api_key: true to serve "
+            "everyone who reaches that address" % (rank, text))
 
 
 # The unit runs the server as the service user with an empty capability set (no CAP_NET_BIND_SERVICE): it cannot
@@ -1131,7 +1181,7 @@ def _plan_once(request):
         raise PlanError(reasons, {"candidates": [_public(c) for c in candidates], "topology_fingerprint": fingerprint})
     return _result(ctx, chosen, candidates, wanted, p["items"], measured_best, fingerprint, p["warnings"],
                    request.model_path, p["served"], request.host, p["port"], str(request.sglang_version), p["rank"],
-                   request.dist_init_addr, ctx.partition)
+                   request.dist_init_addr, ctx.partition, request.gateway_node)
 
 
 def no_valid_layout(total, candidates):
@@ -1283,6 +1333,9 @@ def _prepare(request):
         warnings.extend(node_warnings)
     node_servers, server_reasons = plan_nodes.check_node_servers(r.node_servers, nnodes_n)
     reasons.extend(server_reasons)
+    if not isinstance(r.replica_nodes, bool):
+        reasons.append("replica_nodes must be true or false, got %r" % (r.replica_nodes,))
+    _int_input(r.gateway_node, "gateway_node", reasons, 0, max(0, nnodes_n - 1))
     allowed = None
     if gpus is not None:
         if not isinstance(gpus, list) or not all(isinstance(g, int) and not isinstance(g, bool) for g in gpus):
@@ -1338,9 +1391,11 @@ def _prepare(request):
     ctx.index = index
     ctx.metrics = r.metrics
     ctx.node_servers = node_servers
+    ctx.replica_nodes = r.replica_nodes is True
+    ctx.exposure = (r.api_key_set, r.listen_without_api_key)
     _plan_speculative(ctx, r, reasons, warnings)   # last: its NEXTN context copies this one
     total = sum(len(n.indices) for n in nodes) if nnodes_n == 1 else nnodes_n * min(len(n.indices) for n in nodes)
-    layouts = enumerate_layouts(total, facts["moe"], nnodes_n) if total else []
+    layouts = enumerate_layouts(total, facts["moe"], nnodes_n, ctx.replica_nodes) if total else []
     if wanted != "auto" and not any(all(l[k] == wanted[k] for k in ("tp", "pp", "dp", "ep")) for l in layouts):
         layouts.append(wanted)
     return {"ctx": ctx, "candidates": [evaluate(ctx, c) for c in layouts], "reasons": reasons, "wanted": wanted,
@@ -1535,7 +1590,7 @@ def numa_argv(node, order, values):
 
 
 def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, warnings, model_path, served,
-            host, port, version, node_rank, dist_init_addr, partition):
+            host, port, version, node_rank, dist_init_addr, partition, gateway_node=0):
     model = ctx.model
     tp, pp, dp, ep = chosen["tp"], chosen["pp"], chosen["dp"], chosen["ep"]
     nnodes = ctx.nnodes
@@ -1559,8 +1614,11 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
                               ctx.preflight.get("created") or "?"))
     warnings = list(warnings) + nccl_notes + chosen.get("warnings", [])
     warnings.extend(_placement_warnings(ctx, chosen, placement))
-    warnings.extend("across nodes: " + sentence for _short, sentence in plan_nodes.crossings(tp, pp, nnodes))
+    across = replicas_across_nodes(ctx, dp)
+    if not across:
+        warnings.extend("across nodes: " + sentence for _short, sentence in plan_nodes.crossings(tp, pp, nnodes))
     servers = ctx.node_servers or [{"host": host, "port": port}] * nnodes
+    gateway_node = int(gateway_node or 0)
 
     base_argv = ["--model-path", str(model_path), "--served-model-name", str(served), "--host", str(host),
                  "--port", str(port), "--tp-size", str(tp), "--pp-size", str(pp)]
@@ -1591,7 +1649,7 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
         argv = list(base_argv)
         argv[argv.index("--host") + 1] = str(servers[rank]["host"])
         argv[argv.index("--port") + 1] = str(servers[rank]["port"])
-        if nnodes > 1:
+        if nnodes > 1 and not across:
             argv += ["--nnodes", str(nnodes), "--node-rank", str(rank), "--dist-init-addr", str(dist_init_addr)]
         return argv + numa_argv(ctx.nodes[rank], order, ctx.values)
 
@@ -1608,6 +1666,13 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
             entry["numa_bind"] = record
             entry["env"].update(numa_env)
     mine = per_node[node_rank]
+    if across:
+        # whole replicas on each node behind the gateway (gateway.serve splits them): the gateway listens on its
+        # node's host and port, each replica at its node's address
+        mine = dict(mine, host=servers[gateway_node]["host"], port=servers[gateway_node]["port"])
+        mine["argv"] = list(mine["argv"])
+        mine["argv"][mine["argv"].index("--host") + 1] = str(mine["host"])
+        mine["argv"][mine["argv"].index("--port") + 1] = str(mine["port"])
     if ctx.topo_file:
         mine["env"]["NCCL_TOPO_FILE"] = ctx.topo_file      # written on this host for its topology
     # stage -> layers -> GPUs
@@ -1615,9 +1680,9 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
     stages, first = [], 0
     for k, count in enumerate(split):
         entry = {"stage": k, "first_layer": first, "last_layer": first + count - 1, "layers": count}
-        if nnodes == 1:
-            groups = placement["groups"][0]
-            entry["gpus"] = [g for d in range(dp) for g in groups[d * pp + k]["gpus"]]
+        if nnodes == 1 or across:
+            groups = placement["groups"][node_rank]
+            entry["gpus"] = [g for d in range(len(groups) // pp) for g in groups[d * pp + k]["gpus"]]
         else:
             ranks = [r for r in range(nnodes) if pp_local * (r // nodes_per_pp) <= k < pp_local * (r // nodes_per_pp + 1)]
             entry["node_ranks"] = ranks
@@ -1626,7 +1691,7 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
         stages.append(entry)
         first += count
     result = {
-        "layout": {"tp": tp, "pp": pp, "dp": dp, "ep": ep, "nnodes": nnodes,
+        "layout": {"tp": tp, "pp": pp, "dp": dp, "ep": ep, "nnodes": 1 if across else nnodes,
                    "name": chosen["name"] + (plan_speculative.SUFFIX if speculative.get("on") else "")},
         "gpu_indices": mine["gpu_indices"],
         "cuda_visible_devices": mine["cuda_visible_devices"],
@@ -1675,7 +1740,17 @@ def _result(ctx, chosen, candidates, wanted, items, measured_best, fingerprint, 
         result["reason"] += " Backends: %s (%s)." % (", ".join("--%s %s" % (k.replace("_", "-"), v) for k, v in sorted(
             ctx.backends.items())), "measured fastest with them" if chosen.get("source") == "measured" and (
                 chosen.get("measured") or {}).get("backends") == ctx.backends else "a tune's backend candidate")
-    if nnodes > 1:
+    if across:
+        # which node holds which replicas: gateway.serve makes replica r * (dp / nnodes) + j of node r's group j
+        result["layout"]["replica_nodes"] = nnodes
+        result["replica_nodes"] = [
+            {"node_rank": r, "address": str(servers[r].get("address") or servers[r]["host"]),
+             "gpu_indices": node["gpu_indices"], "tp_groups": [g["gpus"] for g in placement["groups"][r]],
+             "numa_nodes": numa_bind.planned_nodes(node["argv"]) or None, "topology_fingerprint": node["topology_fingerprint"]}
+            for r, node in enumerate(per_node)]
+        result["gateway_node"] = gateway_node
+        result["cluster_fingerprint"] = fingerprint
+    elif nnodes > 1:
         result["per_node"] = per_node
         result["cluster_fingerprint"] = fingerprint
         result["dist_init_addr"] = str(dist_init_addr)

@@ -98,14 +98,38 @@ def _strip(argv):
     return out, numa
 
 
-def split(plan, topology=None, host="127.0.0.1", ports=None, gateway_port=None, template=UNIT_TEMPLATE):
-    """The replicas of a plan: [{index, unit, host, port, url, gpu_indices, cuda_visible_devices, numa_nodes,
-    env, argv, warnings}], one per DP rank. Each replica's GPUs are its pp stages' TP groups from the plan's
-    placement (tp_groups), in CUDA_VISIBLE_DEVICES order; its --numa-node list is the plan's own entries for those
-    GPUs, else one per GPU from the topology facts when every one is known (one NUMA node per replica where the
-    placement allows: SGLang then binds each scheduler to it)."""
+def _slots(plan, dp, pp, tp, topology, host):
+    """Where each replica goes, in replica order: [(node_rank, listen host, its GPUs, NUMA node per GPU or None,
+    topology facts or None)]. One node: the plan's placement (tp_groups) on this host, --numa-node from the plan's
+    argv or the topology facts. Several nodes (the planner's replica_nodes): node r holds replicas
+    r * dp/nnodes ... of its own placement, listening on its address, --numa-node from its own facts."""
     layout = plan.get("layout") or {}
-    dp, pp, tp = int(layout.get("dp", 1)), int(layout.get("pp", 1)), int(layout.get("tp", 1))
+    nodes = plan.get("replica_nodes")
+    if nodes:
+        if dp % len(nodes):
+            raise ReplicaError("plan %s: %d replicas do not spread evenly over %d nodes" % (
+                layout.get("name"), dp, len(nodes)))
+        here = dp // len(nodes)
+        out = []
+        for node in nodes:
+            groups = [list(g) for g in node.get("tp_groups") or []]
+            if len(groups) != here * pp or any(len(g) != tp for g in groups):
+                raise ReplicaError("plan %s: node %s's tp_groups %s are not %d replicas x %d stages of %d GPUs" % (
+                    layout.get("name"), node.get("node_rank"), groups, here, pp, tp))
+            address = str(node.get("address") or "")
+            if not address or control_character(address) or address.startswith("-") or \
+                    any(c.isspace() for c in address):
+                raise ReplicaError("topolaunch_replica_address of node %s: %r is not a host name or address" % (
+                    node.get("node_rank"), address))
+            order = [int(g) for g in node.get("gpu_indices") or []]
+            numa = node.get("numa_nodes")
+            mine = int(node.get("node_rank", 0)) == int(plan.get("node_rank", 0))
+            for d in range(here):
+                gpus = [g for k in range(pp) for g in groups[d * pp + k]]
+                own = [str(numa[order.index(g)]) for g in gpus] if numa and len(numa) == len(order) and \
+                    all(g in order for g in gpus) else None
+                out.append((int(node.get("node_rank", 0)), address, gpus, own, topology if mine else None))
+        return out
     if int(layout.get("nnodes", 1)) > 1:
         raise ReplicaError("layout %s: replicas behind the gateway run on one node each; a server across %d nodes "
                            "is not a replica" % (layout.get("name"), layout.get("nnodes")))
@@ -117,14 +141,10 @@ def split(plan, topology=None, host="127.0.0.1", ports=None, gateway_port=None, 
     flat = [g for grp in groups for g in grp]
     if sorted(order) != sorted(flat):
         raise ReplicaError("plan %s: tp_groups %s do not cover its GPUs %s" % (layout.get("name"), groups, order))
-    if gateway_port is None:
-        gateway_port = plan.get("port", 30000)
-    ports = replica_ports(dp, gateway_port, ports)
     if control_character(host) or str(host).startswith("-") or not str(host) or any(c.isspace() for c in str(host)):
         raise ReplicaError("topolaunch_replica_host: %r is not a host name or address" % (host,))
-    base, plan_numa = _strip(plan.get("argv") or [])
+    _base, plan_numa = _strip(plan.get("argv") or [])
     numa_facts = _numa_of(topology)
-    islands = (topology or {}).get("islands") or {}
     out = []
     for d in range(dp):
         gpus = [g for k in range(pp) for g in groups[d * pp + k]]
@@ -134,19 +154,41 @@ def split(plan, topology=None, host="127.0.0.1", ports=None, gateway_port=None, 
             numa = [str(numa_facts[g]) for g in gpus]
         else:
             numa = None
+        out.append((int(plan.get("node_rank", 0)), str(host), gpus, numa, topology))
+    return out
+
+
+def split(plan, topology=None, host="127.0.0.1", ports=None, gateway_port=None, template=UNIT_TEMPLATE):
+    """The replicas of a plan: [{index, node_rank, unit, host, port, url, gpu_indices, cuda_visible_devices,
+    numa_nodes, env, argv, warnings}], one per DP rank. Each replica's GPUs are its pp stages' TP groups from the
+    plan's placement (tp_groups; per node with replicas on several nodes: replica_nodes), in CUDA_VISIBLE_DEVICES
+    order; its --numa-node list is the plan's own entries for those GPUs, else one per GPU from the topology facts
+    when every one is known (one NUMA node per replica where the placement allows: SGLang then binds each
+    scheduler to it). Replicas on one node listen on `host`; on several nodes each on its node's address, where
+    the gateway reaches it. Ports are per replica and distinct over all nodes."""
+    layout = plan.get("layout") or {}
+    dp, pp, tp = int(layout.get("dp", 1)), int(layout.get("pp", 1)), int(layout.get("tp", 1))
+    slots = _slots(plan, dp, pp, tp, topology, host)
+    if gateway_port is None:
+        gateway_port = plan.get("port", 30000)
+    ports = replica_ports(dp, gateway_port, ports)
+    base, _numa = _strip(plan.get("argv") or [])
+    out = []
+    for d, (rank, where, gpus, numa, facts) in enumerate(slots):
+        islands = (facts or {}).get("islands") or {}
         warnings = []
         for kind, word in (("numa", "NUMA islands"), ("p2p", "P2P cliques")):
-            where = {_island_of(islands.get(kind), g) for g in gpus}
-            if islands.get(kind) and len(where) > 1:
+            found = {_island_of(islands.get(kind), g) for g in gpus}
+            if islands.get(kind) and len(found) > 1:
                 warnings.append("replica %d (GPUs %s) spans %s %s" % (
-                    d, gpus, word, [islands[kind][k] for k in sorted(where, key=lambda v: (v is None, v))
+                    d, gpus, word, [islands[kind][k] for k in sorted(found, key=lambda v: (v is None, v))
                                     if k is not None]))
-        own = ["--host", str(host), "--port", str(ports[d])] + (["--numa-node"] + numa if numa else [])
+        own = ["--host", where, "--port", str(ports[d])] + (["--numa-node"] + numa if numa else [])
         env = dict(plan.get("env") or {})
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
         argv = list(base) + own
-        out.append({"index": d, "unit": unit_name(d, template), "host": str(host), "port": ports[d],
-                    "url": "http://%s:%d" % (url_host(host), ports[d]), "gpu_indices": gpus,
+        out.append({"index": d, "node_rank": rank, "unit": unit_name(d, template), "host": where, "port": ports[d],
+                    "url": "http://%s:%d" % (url_host(where), ports[d]), "gpu_indices": gpus,
                     "cuda_visible_devices": env["CUDA_VISIBLE_DEVICES"],
                     "numa_nodes": [int(n) for n in numa] if numa else None, "env": env, "argv": argv,
                     "warnings": warnings})

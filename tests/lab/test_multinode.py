@@ -237,3 +237,75 @@ def test_a_tune_across_both_nodes_runs_the_measured_winner_and_files_it_with_its
     rc, out, _ = cluster.relaunch("-e", "layout=tp8pp2")
     assert rc == 0, out[-6000:]
     cluster.assert_serving("tp8pp2", 2, 8)
+
+
+# Replicas on several hosts (README "Replicas on several hosts"): tp8dp2 of the same model is one whole TP8 replica
+# on each node behind one gateway on node 0 (30200, node 0's port). Replica and gateway metrics ports of this file's
+# own (36100-36102): the hosts share one network.
+REPLICA_PORTS = (36101, 36102)
+REPLICAS = ["-e", "layout=tp8dp2", "-e", json.dumps({"topolaunch_replica_ports": list(REPLICA_PORTS),
+                                                     "topolaunch_gateway_metrics_port": 36100})]
+
+
+def replica_requests(cluster, node, port):
+    """A replica's own request counter (sglang:num_requests_total summed; none before its first request: 0)."""
+    out = cluster.ssh(node, "curl -s http://127.0.0.1:%d/metrics" % port)
+    return sum(float(l.rsplit(" ", 1)[1]) for l in out.splitlines() if l.startswith("sglang:num_requests_total{"))
+
+
+def ask_gateway(cluster, i):
+    body = json.dumps({"text": "%08x q%d" % (i * 2654435761 % 2 ** 32, i), "sampling_params": {"max_new_tokens": 4}})
+    return cluster.ssh("node0", "curl -s -o /dev/null -w '%%{http_code}' -m 20 -H 'Content-Type: application/json' "
+                       "-d '%s' http://127.0.0.1:%d/generate" % (body, cluster.hosts["node0"]["topolaunch_port"]))
+
+
+def changed_tasks(out):
+    """The tasks of a play's output that changed something, with the host: what a second run should not show."""
+    found, task = [], None
+    for line in out.splitlines():
+        if line.startswith("TASK ["):
+            task = line
+        elif line.startswith("changed: [") and task:
+            found.append("%s %s" % (task.rstrip(" *"), line.split("]", 1)[0] + "]"))
+    return found
+
+
+def test_replicas_on_both_nodes_behind_one_gateway(cluster):
+    try:
+        rc, out, _ = cluster.relaunch(*REPLICAS)
+        assert rc == 0, out[-6000:]
+        assert "2 replicas behind the model gateway (cache_aware) on 2 nodes" in out, out[-6000:]
+        for index, node in enumerate(NODES):
+            unit = "topolaunch-sglang@%d.service" % index
+            assert cluster.ssh(node, "systemctl is-active %s" % unit).strip() == "active", node
+            assert cluster.ssh(node, "ls /etc/systemd/system | grep -c 'topolaunch-sglang@' || true").strip() == "1"
+            plan = cluster.plan(node, "replica-%d/current_plan.json" % index)
+            assert (plan["layout"]["name"], sorted(plan["gpu_indices"]), plan["port"]) == (
+                "tp8dp2", list(range(8)), REPLICA_PORTS[index]), (node, plan["gpu_indices"])
+            # the multi-node server's own unit is gone (stopped, disabled, removed) on both nodes
+            assert cluster.ssh(node, "systemctl is-active topolaunch-sglang.service || true").strip() != "active"
+        # the gateway runs on node 0 alone and routes to both nodes' replicas
+        gateway = "systemctl is-active topolaunch-gateway.service || true"
+        assert [cluster.ssh(node, gateway).strip() for node in NODES] == ["active", "inactive"]
+        before = [replica_requests(cluster, node, port) for node, port in zip(NODES, REPLICA_PORTS)]
+        assert [ask_gateway(cluster, i) for i in range(16)] == ["200"] * 16
+        grown = [replica_requests(cluster, node, port) - b for node, port, b in zip(NODES, REPLICA_PORTS, before)]
+        assert all(g > 0 for g in grown), grown
+        # a deploy measures them through the gateway on node 0 (filed under the cluster fingerprint); a second one
+        # changes nothing on either node
+        rc, out, _ = cluster.play(*REPLICAS)
+        assert rc == 0, out[-6000:]
+        fingerprint = cluster.plan("node0", "replica-0/current_plan.json")["cluster_fingerprint"]
+        assert list((ROOT / "results").glob("*/%s/tp8dp2/*.jsonl" % fingerprint)), fingerprint
+        rc, out, _ = cluster.play(*REPLICAS)
+        assert rc == 0, out[-6000:]
+        recap = [line.split() for line in out.split("PLAY RECAP", 1)[1].splitlines() if line.startswith(NODES)]
+        assert sorted(r[0] for r in recap) == list(NODES) and all("changed=0" in r for r in recap), (
+            recap, changed_tasks(out))
+    finally:
+        rc, out, _ = cluster.relaunch("-e", "layout=tp8pp2")
+        assert rc == 0, out[-6000:]
+    cluster.assert_serving("tp8pp2", 2, 8)
+    for node in NODES:
+        left = cluster.ssh(node, "ls /etc/systemd/system | grep -c 'topolaunch-sglang@\\|topolaunch-gateway' || true")
+        assert left.strip() == "0", (node, left)

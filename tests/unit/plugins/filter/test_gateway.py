@@ -94,4 +94,5 @@ def test_what_the_host_serves_is_rebuilt_from_its_replica_records_and_units(fiel
 
 
 def test_filters_are_registered():
-    assert set(FilterModule().filters()) == {"replica_servers", "stale_units", "watched_servers", "host_served_plan"}
+    assert set(FilterModule().filters()) == {"replica_servers", "stale_units", "watched_servers", "host_served_plan",
+                                             "gateway_here", "gateway_host_problem"}

@@ -75,6 +75,21 @@ def test_a_server_across_nodes_is_scraped_on_node_0_only():
     assert [c["labels"]["host"] for c in jobs["sglang"]["static_configs"]] == ["field"]
 
 
+def test_replicas_on_several_hosts_are_scraped_each_on_its_host_and_the_gateway_on_its_own():
+    groups = dict(GROUPS, sglang_servers=["field", "naive"])
+    replicas = [{"index": 0, "node_rank": 0, "unit": "topolaunch-sglang@0.service", "host": "10.0.0.1", "port": 30001},
+                {"index": 1, "node_rank": 1, "unit": "topolaunch-sglang@1.service", "host": "10.0.0.2", "port": 30002}]
+    plan = {"replicas": replicas, "replica_nodes": [{"node_rank": 0}, {"node_rank": 1}],
+            "gateway": {"unit": "topolaunch-gateway.service", "node_rank": 0, "port": 30000}}
+    nodes = {"topolaunch_nodes": ["field", "naive"]}
+    hv = hostvars(field=dict(nodes, topolaunch_plan=dict(plan, node_rank=0)),
+                  naive=dict(nodes, topolaunch_host="10.0.0.2", topolaunch_plan=dict(plan, node_rank=1)))
+    jobs = {j["job_name"]: j for j in m.monitoring_scrape_configs(["mon"], hv, groups)}
+    assert [(c["labels"]["host"], c["targets"][0]) for c in jobs["sglang"]["static_configs"]] == [
+        ("field", "10.0.0.1:30001"), ("naive", "10.0.0.2:30002")]
+    assert [c["labels"]["host"] for c in jobs["sglang-gateway"]["static_configs"]] == ["field"]
+
+
 def test_no_targets_no_jobs():
     assert m.monitoring_scrape_configs([], {}, {"all": []}) == []
     assert m.monitoring_problems([], {}, {}) == []

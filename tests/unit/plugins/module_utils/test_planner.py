@@ -289,11 +289,11 @@ def test_plan_takes_one_request_object(vnuma):
     with pytest.raises(planner.PlanError) as exc:
         planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layot="tp8")
     assert exc.value.reasons == ["unknown plan request field(s) layot (known: allow_cross_node_tp, api_key_set, backends, "
-                                 "dist_init_addr, fits, gpus, host, layout, listen_without_api_key, measured, "
-                                 "metrics, model, model_path, nccl_topo_file, nnodes, node_rank, node_servers, "
-                                 "node_topologies, port, pp_layer_partition, preflight, served_model_name, "
-                                 "server_args, sglang_version, speculative, speculative_accept_length, "
-                                 "topology, workload)"]
+                                 "dist_init_addr, fits, gateway_node, gpus, host, layout, listen_without_api_key, "
+                                 "measured, metrics, model, model_path, nccl_topo_file, nnodes, node_rank, "
+                                 "node_servers, node_topologies, port, pp_layer_partition, preflight, replica_nodes, "
+                                 "served_model_name, server_args, sglang_version, speculative, "
+                                 "speculative_accept_length, topology, workload)"]
     with pytest.raises(planner.PlanError, match="plan\\(\\) takes a PlanRequest, got dict"):
         planner.plan({"topology": vnuma})
     request = planner.PlanRequest(topology=vnuma, model_path=model_path("glm-5-nvfp4"), layout="tp8")

@@ -498,6 +498,17 @@ def test_the_topology_of_a_plan_comes_from_this_run_else_the_topology_stage(tmp_
         results.planned_topology(plan, ["other"], lambda h: None, str(tmp_path))
 
 
+def test_replicas_on_several_nodes_are_recorded_with_every_nodes_topology(tmp_path):
+    nodes = {"n0": {"fingerprint": "f0", "gpu_count": 8}, "n1": {"fingerprint": "f1", "gpu_count": 8}}
+    plan = {"topology_fingerprint": "f0", "cluster_fingerprint": "c0",
+            "replica_nodes": [{"node_rank": 0, "topology_fingerprint": "f0"},
+                              {"node_rank": 1, "topology_fingerprint": "f1"}]}
+    assert results.plan_hosts(plan, ["n0", "n1"], "n0") == ["n0", "n1"]
+    got = results.planned_topology(plan, results.plan_hosts(plan, ["n0", "n1"], "n0"), nodes.get, str(tmp_path))
+    assert (got["fingerprint"], got["nnodes"], got["gpu_count"]) == ("c0", 2, 16)
+    assert results.plan_hosts({"topology_fingerprint": "f0"}, ["n0", "n1"], "n1") == ["n1"]
+
+
 def test_a_server_across_nodes_is_recorded_with_every_nodes_topology(tmp_path):
     nodes = {"n0": {"fingerprint": "f0", "gpu_count": 8, "gpus": [{"index": 0}], "driver_version": "580"},
              "n1": {"fingerprint": "f1", "gpu_count": 8, "gpus": [{"index": 0}]}}
