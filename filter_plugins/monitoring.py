@@ -326,7 +326,9 @@ def monitoring_rules(settings):
               "The watchdog of host {{ $labels.host }} restarted {{ $labels.unit }} in the last hour (a hang)",
               for_value="0s", severity="warning"),
     ]
-    targets = [alert("ScrapeTargetDown", 'up{job=~"node|gpu|sglang-gateway"} == 0',
+    # host!="": our scrape jobs label every target with its host; Debian's package starts Prometheus with its own
+    # config (a job "node" on localhost:9100) before the role writes ours, and that target is not one of ours
+    targets = [alert("ScrapeTargetDown", 'up{job=~"node|gpu|sglang-gateway", host!=""} == 0',
                      "{{ $labels.job }} target {{ $labels.instance }} of host {{ $labels.host }} is down")]
     if kind == "nvitop":
         gpu = [

@@ -369,6 +369,9 @@ def validate(o, run=_run):
             "or fix topolaunch_sglang_version; %s." % (
                 python, plan.get("sglang_version", "?"),
                 "is not executable" if os.path.isfile(python) else "does not exist", NOTHING_STOPPED))
+    bind = _bind_tool_problem(plan)
+    if bind:
+        raise LaunchError("Cannot launch: %s; %s." % (bind, NOTHING_STOPPED))
     model = plan.get("model_path")
     if isinstance(model, str) and model.startswith("/") and not os.path.isfile(os.path.join(model, "config.json")):
         raise LaunchError(
@@ -403,6 +406,26 @@ def validate(o, run=_run):
     if refused:
         raise LaunchError("Cannot launch: systemd-analyze verify refuses the rendered unit: %s. Fix the setting it "
                           "names; %s." % ("; ".join(refused), NOTHING_STOPPED))
+
+
+# The PATH systemd gives a service without Environment=PATH (systemd's DEFAULT_PATH; the unit sets none): where
+# SGLang's `exec numactl` finds it.
+SERVICE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def _bind_tool_problem(plan, path=None):
+    """Issue 25 item 8: a plan that binds its schedulers (numa_bind: --numa-node) needs the tool SGLang binds them
+    with (numactl) on the service's PATH; without it the new server would fail (0.5.9, or 0.5.23 with
+    SGLANG_CRASH_ON_NUMA_BIND_FAILURE) after cleanup had stopped the running one. The reason, or None."""
+    record = plan.get("numa_bind") if isinstance(plan, dict) else None
+    if not isinstance(record, dict) or not record.get("nodes"):
+        return None
+    tool, path = str(record.get("bind") or "numactl"), path or SERVICE_PATH
+    if shutil.which(tool, path=path):
+        return None
+    return ("the plan binds its schedulers to NUMA nodes %s (--numa-node), which SGLang does through %s, and %s is "
+            "not on the service's PATH (%s): the sglang role installs it (sglang_numactl_package, --tags provision)"
+            % (",".join(str(n) for n in sorted(set(record["nodes"]))), tool, tool, path))
 
 
 SPACE_MARGIN = 1 << 20      # bytes left free beyond what the launch writes: its temp files, the journal's own use

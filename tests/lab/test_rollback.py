@@ -174,9 +174,11 @@ def test_numa_node_binds_every_scheduler_and_a_failed_bind_rolls_back(host, good
     fatal (SGLANG_CRASH_ON_NUMA_BIND_FAILURE=1); provisioning installed numactl, through which each scheduler
     starts. Health checks every scheduler's CPUs and memory policy in /proc against the plan and says so, also on
     the running server (--tags health: not restarted, same main pid). The spec's CPUs are folded onto the host's
-    two (node 0 on CPU 0, node 1 on CPU 1: lab/lab.py fold_cpus) and the host has memory on node 0 only. Then
-    numactl is removed: a plan that binds fails at its start (the real bind failure), health fails, and the
-    rollback puts the previous server (the small model on GPUs 0-3, one node: no --numa-node) back, serving."""
+    two (node 0 on CPU 0, node 1 on CPU 1: lab/lab.py fold_cpus) and the host has memory on node 0 only. Then,
+    the previous server running (the small model on GPUs 0-3, one node: no --numa-node): with numactl gone a plan
+    that binds is refused in validate and that server is untouched (same main pid, serving); with a numactl that
+    cannot bind (a stub exiting 1) the plan fails at its start (0.5.23's dry run, fatal here), health fails, and the
+    rollback puts the previous server back, serving."""
     def main_pid():
         return host.ssh("systemctl show -p MainPID --value %s" % UNIT).strip()
 
@@ -209,12 +211,17 @@ def test_numa_node_binds_every_scheduler_and_a_failed_bind_rolls_back(host, good
     assert rc == 0, out[-4000:]
     previous = host.plan()
     assert "numa_bind" not in previous and "--numa-node" not in previous["argv"]
+    running = main_pid()
     host.ssh("mv /usr/bin/numactl /usr/bin/numactl.h25n")
     try:
         rc, out = host.relaunch("-e", "layout=tp8")
+        assert rc != 0 and "numactl is not on the service's PATH" in out and "nothing was stopped" in out, out[-4000:]
+        assert main_pid() == running and host.healthy(previous["port"])
+        host.ssh("printf '#!/bin/sh\\necho \"numactl: stub that cannot bind\" >&2\\nexit 1\\n' > /usr/bin/numactl && "
+                 "chmod 755 /usr/bin/numactl")
+        rc, out = host.relaunch("-e", "layout=tp8")
         assert rc != 0
-        assert "numactl could not apply NUMA binding for node 0" in out and "No such file or directory: " \
-               "'numactl'" in out, out[-6000:]
+        assert "numactl could not apply NUMA binding for node 0" in out, out[-6000:]
         assert "Layout tp8 failed its health check" in out, out[-4000:]
         assert "Rolled back to the last known good layout tp4" in out and "healthy and serving" in out
         plan = host.plan()

@@ -380,6 +380,29 @@ def test_a_plan_for_other_gpus_fails(host):
     assert call(host, Systemd(host), state="checked", topology_fingerprint="a1b2c3d4e5f6", gpu_count=8)["replace"]
 
 
+@pytest.mark.parametrize("state", ["checked", "started"])
+def test_a_plan_that_binds_numa_nodes_without_numactl_is_refused_before_anything(host, tmp_path, monkeypatch, state):
+    """Issue 25 item 8: without numactl on the service's PATH a plan with --numa-node fails at its start (0.5.9; 0.5.23
+    with SGLANG_CRASH_ON_NUMA_BIND_FAILURE), after cleanup had stopped the running server: validate refuses it."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    monkeypatch.setattr(launch_mod, "SERVICE_PATH", str(tools))
+    binding = plan(model_path=str(host / "m"),
+                   numa_bind={"nodes": [0, 0, 1, 1], "node_cpus": {"0": "0-3", "1": "4-7"}, "bind": "numactl"})
+    sd = Systemd(host)
+    with pytest.raises(LaunchError) as exc:
+        call(host, sd, state=state, plan=binding)
+    assert str(exc.value) == (
+        "Cannot launch: the plan binds its schedulers to NUMA nodes 0,1 (--numa-node), which SGLang does through "
+        "numactl, and numactl is not on the service's PATH (%s): the sglang role installs it (sglang_numactl_package, "
+        "--tags provision); nothing was stopped." % tools)
+    assert sd.calls == []
+    numactl = tools / "numactl"
+    numactl.write_text("#!/bin/sh\n")
+    numactl.chmod(0o755)
+    assert call(host, Systemd(host), state="checked", plan=binding)["replace"]     # found: the launch goes on
+
+
 def test_an_env_file_line_broken_by_a_value_fails(host):
     with pytest.raises(LaunchError, match=r'env file line 2 \(B"\) is not NAME="value"'):
         call(host, Systemd(host), state="checked", env_content='A="1\nB"\n')
