@@ -254,6 +254,9 @@ def test_the_hardened_unit_serves_and_rates_ok(host, secret_run):
     ({"topolaunch_api_key": "--host=0.0.0.0"}, ["(api-key, from topolaunch_api_key): the value begins with '-'",
                                                 "nothing was stopped"]),
     ({"topolaunch_server_args": {"config": "/etc/sglang/extra.yaml"}}, ["server_args.config is set by the planner"]),
+    # issue 25 item 2: every address without an API key (and no topolaunch_listen_without_api_key)
+    ({"topolaunch_host": "0.0.0.0", "topolaunch_api_key": ""},
+     ["host 0.0.0.0 (topolaunch_host) listens on every address without an API key"]),
     # issue 25 items 9, 10, 13, 17: a port true (was port 1), a list host, the watermark keys in the plan, root as
     # the service user, topolaunch_nodes no list
     ({"topolaunch_port": True}, ["port (topolaunch_port) must be an integer, got True"]),
