@@ -81,7 +81,7 @@ def scheduler_gpu(title, plan):
     tp, pp = int(layout.get("tp") or 1), int(layout.get("pp") or 1)
     dp, nnodes = int(layout.get("dp") or 1), int(layout.get("nnodes") or 1)
     ranks = {k: int(v) for k, v in TITLE_RANKS.findall(title[len(TITLE_PREFIX):])}
-    tp_local, pp_local, _ = node_mapping(tp, pp, nnodes)
+    tp_local, pp_local, _nodes_per_pp = node_mapping(tp, pp, nnodes)
     dp_attention = "--enable-dp-attention" in [str(a) for a in plan.get("argv") or []]
     base = ranks.get("DP", 0) * tp * pp if dp > 1 and not dp_attention else 0
     return base + (ranks.get("PP", 0) % pp_local) * tp_local + ranks.get("TP", 0) % tp_local

@@ -176,6 +176,8 @@ def check_node_servers(servers, nnodes):
                            "got %r" % (rank, address))
         elif address is not None and text_problem(address, "node_servers[%d].address" % rank):
             reasons.append(text_problem(address, "node_servers[%d].address" % rank))
-        out.append({"host": host, "port": port} if address is None else {"host": host, "port": port,
-                                                                           "address": address})
+        entry = {"host": host, "port": port}
+        if address is not None:
+            entry["address"] = address
+        out.append(entry)
     return (None if reasons else out), reasons

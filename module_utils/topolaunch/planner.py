@@ -539,6 +539,16 @@ def stage_shapes(model, partition):
     return out
 
 
+def _estimate_tps(candidate):
+    """A candidate's estimated tokens/s (0 when it has none)."""
+    return (candidate.get("estimate") or {}).get("tokens_per_s") or 0.0
+
+
+def _measured_tps(measured):
+    """A measurement's output throughput, or None without one."""
+    return measured["output_throughput"] if measured else None
+
+
 def evaluate(ctx, c):
     """One candidate: validity with every reason, placement per node, memory, score estimate; where speculative
     decoding is asked for and the checkpoint allows it (ctx.speculative), with it (on) or both ways, keeping the
@@ -548,7 +558,7 @@ def evaluate(ctx, c):
         return _evaluate(ctx, c)
     on = _evaluate(plan["ctx"], c)
     off = _evaluate(ctx, c) if plan["mode"] == "auto" else None
-    figure = lambda x: (x.get("estimate") or {}).get("tokens_per_s") or 0.0   # noqa: E731
+    figure = _estimate_tps
     keep_on = off is None or (on["valid"] and (not off["valid"] or figure(on) > figure(off)))
     out = on if keep_on else off
     if off is not None and on["valid"]:
@@ -939,7 +949,7 @@ def _speculative_measured(candidates, measured):
         name, spec = c["name"], c.get("speculative") or {}
         on_m, off_m = measured.pop(name + plan_speculative.SUFFIX, None), measured.get(name)
         if c.get("_variants"):
-            figure = lambda m: m["output_throughput"] if m else None   # noqa: E731
+            figure = _measured_tps
             if on_m or off_m:
                 keep_on = bool(on_m) and (not off_m or on_m["output_throughput"] > off_m["output_throughput"])
                 variant = dict(c["_variants"][keep_on])

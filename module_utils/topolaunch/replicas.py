@@ -221,4 +221,3 @@ def replica_plan(plan, replica):
     else:
         out.pop("numa_bind", None)
     return out
-

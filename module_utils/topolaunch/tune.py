@@ -196,8 +196,8 @@ def backend_candidates(request, result, selection, tune_backends_value, tune_max
     selection["variants"], selection["backend_notes"] = {}, []
     if not wanted:
         return selection
-    variants, notes = backend_variants.candidates(wanted, facts, _model_facts(request),
-                                               planner._compute_capabilities(request), version)  # pylint: disable=protected-access
+    capabilities = planner._compute_capabilities(request)  # pylint: disable=protected-access
+    variants, notes = backend_variants.candidates(wanted, facts, _model_facts(request), capabilities, version)
     selection["backend_notes"] = notes
     return backend_variants.add_variants(selection, variants, result["candidates"], tune_max, remeasure, failed)
 

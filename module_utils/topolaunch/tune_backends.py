@@ -147,7 +147,7 @@ def candidates(wanted, facts, model, compute_capabilities, version):
                 if value not in spec["choices"]:
                     notes.append("%s: %s %s (known combination %s) is not one of SGLang %s's choices"
                                  % (FIELD, kind, value, rule["id"], version))
-                elif value not in [v for v, _ in values]:
+                elif value not in [v for v, _source in values]:
                     values.append((value, "ranked close by known combination %s (%s)"
                                    % (rule["id"], rule["source_name"])))
         else:

@@ -3,8 +3,9 @@
 What goes on the host (docs/DESIGN.md "Target paths"):
 
 - `<package_dir>/topolaunch_watchdog/`: watchdog.py and the modules it uses (cleanup.py, constants.py,
-  system.py; health.py, health_nodes.py and text.py for the answer probe), copied from the very module_utils this module runs with (their sources read through the import
-  system, so the same code in the repository, the installed collection and an AnsiballZ payload);
+  system.py; health.py, health_nodes.py and text.py for the answer probe), copied from the very module_utils this
+  module runs with (their sources read through the import system, so the same code in the repository, the
+  installed collection and an AnsiballZ payload);
 - `<config_file>` (JSON, root 0644, no secret): the checked watchdog settings (watchdog.DEFAULTS' keys);
 - `<unit_dir>/<name>.service`: a oneshot running `<python> -m topolaunch_watchdog.watchdog <config_file>` as root
   (it stops and starts units; the python is the tools venv's, for nvidia-ml-py), its lines in the journal
