@@ -352,6 +352,11 @@ DOWNLOAD_PLAY = """
   become: true
   gather_facts: false
   tasks:
+    - name: Look up the users (the role's main.yml does before it includes download.yml)
+      ansible.builtin.getent:
+        database: passwd
+        fail_key: false
+
     - name: Run the model_weights download tasks
       ansible.builtin.include_role:
         name: topolaunch.sglang.model_weights
