@@ -31,6 +31,7 @@ TOPOLAUNCH_LAB_APT_PROXY=URL gives every host an apt proxy (Acquire::http::Proxy
 import argparse
 import concurrent.futures
 import contextlib
+import errno
 import datetime
 import fcntl
 import fnmatch
@@ -383,6 +384,59 @@ def proc_starttime(pid):
     if fields[0] in ("Z", "X"):
         return None
     return fields[19]
+
+
+def own_cgroup_dirs():
+    """The directories of the cgroups this process is in, in the hierarchies systemd tracks processes with (the
+    cgroup v2 tree, and on a v1 or hybrid host the name=systemd one): where nspawn --keep-unit roots a container."""
+    with open("/proc/self/cgroup", encoding="utf-8") as f:
+        paths = {c: p for _, c, p in (line.rstrip("\n").split(":", 2) for line in f) if c in ("", "name=systemd")}
+    dirs = []
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        for line in f:
+            fields = line.split()
+            fstype, options = fields[fields.index("-") + 1], fields[-1].split(",")
+            key = "" if fstype == "cgroup2" else "name=systemd" if fstype == "cgroup" and "name=systemd" in options \
+                else None
+            path = paths.pop(key, None)
+            if path is not None and (path + "/").startswith(fields[3].rstrip("/") + "/"):
+                dirs.append(os.path.normpath(os.path.join(fields[4], os.path.relpath(path, fields[3]))))
+    return dirs
+
+
+def host_cgroups(machine, host_dir):
+    """A cgroup of this lab host's own in each tracking hierarchy, made now. Without one, every host would root its
+    cgroup tree in the same directory, so a unit one host stops would remove (or kill in) the same-named unit's cgroup
+    of another host (systemd: "Failed to attach to cgroup ...: No such file or directory", status 219/CGROUP)."""
+    name = f"{machine}-{hashlib.sha256(host_dir.encode()).hexdigest()[:8]}"
+    made = []
+    for base in own_cgroup_dirs():
+        path = os.path.join(base, "topolaunch-lab", name)
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise LabError(f"cannot make the lab host's cgroup {path}: {e.strerror}") from e
+        made.append(path)
+    return made
+
+
+def enter_cgroups(dirs):
+    """In the child before exec: move this process into each cgroup."""
+    for path in dirs:
+        with open(os.path.join(path, "cgroup.procs"), "w", encoding="ascii") as f:
+            f.write("0\n")
+
+
+def remove_cgroup(path):
+    """Remove a stopped host's cgroup tree, deepest first; False if a process is still in it."""
+    for top, _, _ in os.walk(path, topdown=False):
+        try:
+            os.rmdir(top)
+        except OSError as e:
+            if e.errno != errno.EBUSY:
+                raise LabError(f"cannot remove the lab host's cgroup {top}: {e.strerror}") from e
+            return False
+    return True
 
 
 def alive(rec):
@@ -853,17 +907,25 @@ class HostRuntime:
                 raise LabError(f"{self.name}: applying {', '.join(changed)} failed: {proc.stderr.strip()}")
 
     def start(self):
-        # Under a systemd PID 1, nspawn puts the container in a transient scope of its own (delegated cgroup);
-        # elsewhere (containers, sandboxes) there is no one to ask, so it stays in our cgroup (--keep-unit).
-        scope = [] if os.path.isdir("/run/systemd/system") else ["--keep-unit"]
+        # Under a systemd PID 1, nspawn puts the container in a transient scope of its own (delegated cgroup).
+        # Elsewhere (containers, sandboxes) there is no one to ask: nspawn stays in the cgroup it starts in
+        # (--keep-unit) and roots the container's cgroup tree there, so it starts in a cgroup of this host's own.
+        cgroups = []
+        if os.path.isdir("/run/systemd/system"):
+            scope = []
+        else:
+            scope = ["--keep-unit"]
+            cgroups = host_cgroups(self.machine, self.dir)
         with open(self.console, "ab") as out:
             proc = subprocess.Popen(
                 ["systemd-nspawn", "-D", self.root, "-M", self.machine, f"--hostname={self.name}",
                  "--register=no", *scope, "--settings=no", "--console=passive", "--boot"],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                preexec_fn=(lambda: enter_cgroups(cgroups)) if cgroups else None)
         starttime = wait_for(lambda: proc_starttime(proc.pid), 5, f"systemd-nspawn for {self.name} to start")
         st = self.state()
         st["nspawn"] = {"pid": proc.pid, "starttime": starttime}
+        st["cgroups"] = cgroups
         write_json(self.state_file, st)
         return proc
 
@@ -921,7 +983,10 @@ class HostRuntime:
             if proc.returncode != 0:
                 raise LabError(f"{self.name}: umount {mp} failed: {proc.stderr.strip()}")
         st = self.state()
-        if st.pop("nspawn", None) is not None:
+        left = [d for d in st.get("cgroups", []) if not remove_cgroup(d)]
+        if left:
+            raise LabError(f"{self.name}: processes are still in its cgroup {left[0]} (cgroup.procs) after it stopped")
+        if st.pop("nspawn", None) is not None or st.pop("cgroups", None) is not None:
             write_json(self.state_file, st)
 
 

@@ -223,8 +223,37 @@ def test_stop_and_start_one_host(inventory):
     assert ssh(PORTS["beta"], "hostname").strip() == "beta"
 
 
+def outside_cgroup(pid):
+    """The cgroup v2 line of a process as this machine sees it (outside every lab host)."""
+    lines = pathlib.Path(f"/proc/{pid}/cgroup").read_text(encoding="utf-8").splitlines()
+    return [ln for ln in lines if ln.startswith("0::")][0]
+
+
+def host_cgroup_dirs():
+    """The cgroups lab.py made for this lab's hosts, as recorded in their state."""
+    return [d for f in STATE.glob("hosts/*/host.json") for d in json.loads(f.read_text()).get("cgroups", [])]
+
+
+@pytest.mark.lab
+def test_hosts_have_cgroup_trees_of_their_own(inventory):
+    """The same unit on two hosts lives in two cgroups: before, every host rooted its tree in lab.py's own cgroup, so
+    a unit one host stopped removed the cgroup another host was starting the same-named unit in (219/CGROUP)."""
+    for port in PORTS.values():
+        ssh(port, "systemd-run --unit=tl-cgroup-probe --property=Type=exec /bin/sleep 600")
+    probes = [q for q in container_pids() if pathlib.Path(f"/proc/{q}/cmdline").read_bytes() == b"/bin/sleep\x00600\x00"]
+    assert len(probes) == 2, probes
+    cgroups = [outside_cgroup(q) for q in probes]
+    assert all(c.endswith("/system.slice/tl-cgroup-probe.service") for c in cgroups), cgroups
+    assert cgroups[0] != cgroups[1], cgroups
+    ssh(PORTS["alpha"], "systemctl stop tl-cgroup-probe")
+    assert ssh(PORTS["beta"], "systemctl is-active tl-cgroup-probe").strip() == "active"
+    ssh(PORTS["beta"], "systemctl kill --signal=SIGTERM tl-cgroup-probe")
+    assert host_cgroup_dirs() and all(os.path.isdir(d) for d in host_cgroup_dirs())
+
+
 @pytest.mark.lab
 def test_down_leaves_nothing_behind(inventory):
+    cgroups = host_cgroup_dirs()
     processes = {p: starttime(p) for p in [*nspawn_pids().values(), *container_pids()]}
     assert len(processes) > 4, f"expected nspawn, systemd, sshd, ... of both hosts, found pids {list(processes)}"
     proc = lab(inventory, "down")
@@ -232,6 +261,7 @@ def test_down_leaves_nothing_behind(inventory):
     assert nspawn_pids() == {}
     assert [p for p, t in processes.items() if starttime(p) == t] == []
     assert mounts_under(STATE) == []
+    assert cgroups and [d for d in cgroups if os.path.exists(d)] == []
     assert [i for i in os.listdir("/sys/class/net") if i.startswith(("ve-tl-pytest", "vb-tl-pytest"))] == []
     assert not any(listening(p) for p in [*PORTS.values(), REPO_PORT])
     again = lab(inventory, "down")
