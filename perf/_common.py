@@ -5,6 +5,7 @@ Every script ends with record(script, rows, ...): build/perf/<script>.json with 
 table it measured ({what, figure, goal, met}), the load average it was measured under and its details;
 tools/perf_table.py rewrites the README's table from those files. Figures are never typed into the README.
 """
+import configparser
 import datetime
 import json
 import os
@@ -22,7 +23,10 @@ def count_tasks(path=None):
     """Point the task_times callback at `path` (set before a playbook starts; sweeplab passes os.environ on)."""
     OUT.mkdir(parents=True, exist_ok=True)
     os.environ["ANSIBLE_CALLBACK_PLUGINS"] = str(CALLBACK)
-    os.environ["ANSIBLE_CALLBACKS_ENABLED"] = "task_times"
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "ansible.cfg")
+    os.environ["ANSIBLE_CALLBACKS_ENABLED"] = ",".join(        # ansible.cfg's (the environment replaces it), and ours
+        [c for c in cfg.get("defaults", "callbacks_enabled", fallback="").split(",") if c.strip()] + ["task_times"])
     if path is None:
         os.environ.pop("TASK_TIMES_FILE", None)
     else:
