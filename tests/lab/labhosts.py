@@ -375,3 +375,23 @@ def layered_copy(inventory, name):
         walk(group)
     (copy / "hosts.yml").write_text(yaml.safe_dump(data))
     return copy
+
+
+@contextlib.contextmanager
+def bounded_client(ssh, port):
+    """A client on a lab host (`ssh`: the argv that runs a command there) sending requests to the API on `port`
+    back to back while the block runs: at most 3000, each with its own 20 s timeout, the whole client bounded by
+    timeout 400. Yields the list its HTTP codes go to (a rolling relaunch must leave only 200s)."""
+    body = json.dumps({"text": "rolling", "sampling_params": {"max_new_tokens": 4}})
+    subprocess.run(ssh + ["printf '%s' > /tmp/rolling.json" % body], check=True, timeout=60)
+    client = subprocess.Popen(ssh + [  # pylint: disable=consider-using-with
+        "rm -f /tmp/rolling.stop; timeout 400 bash -c 'for i in $(seq 3000); do [ -e /tmp/rolling.stop ] && "
+        "break; curl -s -o /dev/null -w \"%%{http_code}\\n\" -m 20 -H Content-Type:application/json "
+        "-d @/tmp/rolling.json http://127.0.0.1:%d/generate; done'" % port], stdout=subprocess.PIPE, text=True)
+    codes = []
+    try:
+        yield codes
+    finally:
+        subprocess.run(ssh + ["touch /tmp/rolling.stop"], check=False, timeout=60)
+        codes.extend(client.communicate(timeout=60)[0].split())
+

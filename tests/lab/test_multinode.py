@@ -50,12 +50,14 @@ class Cluster:
         self.hosts = hosts["all"]["children"]["gpu_hosts"]["children"]["sglang_servers"]["hosts"]
         assert sorted(self.hosts) == list(NODES), self.hosts
 
+    def ssh_argv(self, node):
+        return ["ssh", "-F", "/dev/null", "-i", str(SSH_KEY), "-p", str(self.hosts[node]["ansible_port"]),
+                "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                "-o", "LogLevel=ERROR", "root@127.0.0.1"]
+
     def ssh(self, node, command, check=True):
-        proc = subprocess.run(
-            ["ssh", "-F", "/dev/null", "-i", str(SSH_KEY), "-p", str(self.hosts[node]["ansible_port"]),
-             "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-             "-o", "LogLevel=ERROR", "root@127.0.0.1", command], capture_output=True, text=True, check=False,
-            timeout=120)
+        proc = subprocess.run(self.ssh_argv(node) + [command], capture_output=True, text=True, check=False,
+                              timeout=120)
         if check:
             assert proc.returncode == 0, "ssh %s %r: rc %s %s" % (node, command, proc.returncode, proc.stderr)
         return proc.stdout
@@ -291,9 +293,25 @@ def test_replicas_on_both_nodes_behind_one_gateway(cluster):
         assert [ask_gateway(cluster, i) for i in range(16)] == ["200"] * 16
         grown = [replica_requests(cluster, node, port) - b for node, port, b in zip(NODES, REPLICA_PORTS, before)]
         assert all(g > 0 for g in grown), grown
-        # a deploy measures them through the gateway on node 0 (filed under the cluster fingerprint); a second one
+        # a restart of the same plan is rolling across the hosts, one host after the other: the endpoint answers
+        # a bounded client throughout, and node 1's replica leaves the gateway only once node 0's is back in it
+        units = ["topolaunch-sglang@%d.service" % i for i in range(len(NODES))]
+        pids = [cluster.ssh(n, "systemctl show -p MainPID --value %s" % u).strip() for n, u in zip(NODES, units)]
+        with labhosts.bounded_client(cluster.ssh_argv("node0"), cluster.hosts["node0"]["topolaunch_port"]) as codes:
+            rc, out, _ = cluster.relaunch(*REPLICAS, "-e", "launch_force=true")
+        assert rc == 0, out[-6000:]
+        assert "Rolling relaunch: the layout is unchanged: 2 replicas are replaced one at a time" in out, out[-6000:]
+        assert len(codes) > 10 and set(codes) == {"200"}, codes
+        after = [cluster.ssh(n, "systemctl show -p MainPID --value %s" % u).strip() for n, u in zip(NODES, units)]
+        assert all(a != b for a, b in zip(after, pids)), (pids, after)
+        steps = [line for line in out.splitlines() if line.startswith("TASK [")]
+        back_0 = next(i for i, line in enumerate(steps) if "Put the replica back into the gateway, " + units[0] in line)
+        out_1 = next(i for i, line in enumerate(steps) if "Take the replica out of the gateway and drain it, " + units[1]
+                     in line)
+        assert back_0 < out_1, steps
+        # the bench measures them through the gateway on node 0 (filed under the cluster fingerprint); a deploy then
         # changes nothing on either node
-        rc, out, _ = cluster.play(*REPLICAS)
+        rc, out, _ = cluster.play("--tags", "bench", *REPLICAS)
         assert rc == 0, out[-6000:]
         fingerprint = cluster.plan("node0", "replica-0/current_plan.json")["cluster_fingerprint"]
         assert list((ROOT / "results").glob("*/%s/tp8dp2/*.jsonl" % fingerprint)), fingerprint

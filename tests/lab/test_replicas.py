@@ -9,13 +9,13 @@ on one tp4dp2 deployment (the module fixture), and the last one switches back to
 
     .venv/bin/pytest -m lab tests/lab/test_replicas.py
 """
-import contextlib
 import json
 import re
 import subprocess
 
 import pytest
 
+import labhosts
 from lifecyclelab import LAB_MISSING, ROOT, SSH_KEY, UNIT, booted_host
 
 NAME, SSH_PORT, SERVER_PORT, REPO_PORT, METRICS_PORT = "pytest-replicas", 2420, 36000, 18120, 36090
@@ -66,24 +66,6 @@ def _pids(host):
     return dict(zip(units, zip(out[0::2], out[1::2])))
 
 
-@contextlib.contextmanager
-def _bounded_client(host):
-    """A client on the host sending requests through the gateway back to back while the block runs: at most 3000,
-    each with its own 20 s timeout, the whole client bounded by timeout 400. Yields the list its HTTP codes go to."""
-    host.ssh("printf '%s' > /tmp/rolling.json" % json.dumps({"text": "rolling", "sampling_params": {"max_new_tokens": 4}}))
-    client = subprocess.Popen(SSH + [  # pylint: disable=consider-using-with
-        "rm -f /tmp/rolling.stop; timeout 400 bash -c 'for i in $(seq 3000); do [ -e /tmp/rolling.stop ] && "
-        "break; curl -s -o /dev/null -w \"%%{http_code}\\n\" -m 20 -H Content-Type:application/json "
-        "-d @/tmp/rolling.json http://127.0.0.1:%d/generate; done'" % SERVER_PORT],
-        stdout=subprocess.PIPE, text=True)
-    codes = []
-    try:
-        yield codes
-    finally:
-        host.ssh("touch /tmp/rolling.stop")
-        codes.extend(client.communicate(timeout=60)[0].split())
-
-
 def test_tp4dp2_replicas_behind_the_gateway_survive_a_killed_replica(host, tp4dp2):
     for i, unit in enumerate(REPLICAS):
         assert host.ssh("systemctl is-active %s" % unit).strip() == "active"
@@ -131,7 +113,7 @@ def test_bad_gateway_input_is_one_line_naming_the_field_before_anything_stops(ho
 
 def test_a_rolling_restart_fails_no_request_of_a_bounded_client(host, tp4dp2):
     before = _pids(host)
-    with _bounded_client(host) as codes:
+    with labhosts.bounded_client(SSH, SERVER_PORT) as codes:
         rc, out = host.relaunch(*GW, "-e", "launch_force=true")
     assert rc == 0, out[-6000:]
     assert "Rolling relaunch: the layout is unchanged: 2 replicas are replaced one at a time" in out, out[-6000:]
@@ -148,7 +130,7 @@ def test_a_replica_failing_health_at_its_rolling_relaunch_is_rolled_back_alone(h
     faulty = tmp_path / "faulty-replica-0.json"
     faulty.write_text(json.dumps({"topolaunch_plan": served}))
     before = _pids(host)
-    with _bounded_client(host) as codes:
+    with labhosts.bounded_client(SSH, SERVER_PORT) as codes:
         rc, out = host.relaunch(*GW, "-e", "launch_force=true", "-e", "@%s" % faulty)
     assert rc != 0
     assert "rolling relaunch stopped at replica 0 (topolaunch-sglang@0.service)" in out, out[-6000:]
