@@ -45,6 +45,11 @@ def healthy():
     return rc == 0 and code == "200"
 
 
+# The cases after the first tune's (which runs the whole deploy.yml, and a second one that must change nothing) tune
+# with the stages a tune needs (plan, the tune, the relaunch): the whole deploy.yml is a minute of CPU each.
+RELAUNCH = ("--tags", "relaunch")
+
+
 def tune(tmp, *args, **extra):
     """deploy.yml -e layout=tune with this test's results and artifacts directories."""
     return TUNE.playbook("deploy.yml", *args, extra=dict(
@@ -132,7 +137,7 @@ def test_second_tune_measures_and_relaunches_nothing(first):
 @pytest.mark.full
 def test_tune_with_tags_relaunch_restarts_the_winner(first):
     pid, before = main_pid(), runs_of(first["tmp"] / "results")
-    run = tune(first["tmp"], "--tags", "relaunch")
+    run = tune(first["tmp"], *RELAUNCH)
     assert run.returncode == 0, run.stdout[-8000:]
     assert main_pid() != pid and runs_of(first["tmp"] / "results") == before
     assert host_json("/var/lib/topolaunch/current_plan.json")["layout"]["name"] == TRUE_WINNER
@@ -167,7 +172,7 @@ def test_an_interrupted_tune_goes_on_from_what_was_measured(first, tmp_path):
 
 def test_a_candidate_that_crashes_is_recorded_and_the_tune_goes_on(first, tmp_path):
     TUNE.write_inventory(lab_sim_layout_speed=SPEED, lab_sim_fault="crash_during_load@" + TRUE_WINNER)
-    run = tune(tmp_path)
+    run = tune(tmp_path, *RELAUNCH)
     assert run.returncode == 0, run.stdout[-8000:]
     assert "%s FAILED at health" % TRUE_WINNER in run.stdout
     [error] = list((tmp_path / "results").rglob(TRUE_WINNER + "/*.error.json"))
@@ -186,7 +191,7 @@ def test_every_candidate_failing_relaunches_the_last_good_plan_and_fails(first, 
     TUNE.write_inventory(lab_sim_layout_speed=SPEED,
                          lab_sim_fault=",".join("crash_during_load@" + name for name in others))
     try:
-        run = tune(tmp_path, tune_layouts=others)
+        run = tune(tmp_path, *RELAUNCH, tune_layouts=others)
         assert run.returncode != 0
         assert "every layout it tried failed" in run.stdout and "the last known good plan (%s) was relaunched" % good \
             in " ".join(run.stdout.split())
@@ -207,7 +212,7 @@ SLO_SPEED, SLO_FAST, SLO_MEETS = "tp4pp2=0.1,tp1pp8=0.7", "tp4pp2", "tp1pp8"
 def test_a_tune_with_an_slo_ends_on_the_fastest_layout_that_meets_it(lab_host, tmp_path):
     TUNE.write_inventory(lab_sim_layout_speed=SLO_SPEED)
     try:
-        run = tune(tmp_path, topolaunch_workload=SLO_WORKLOAD, tune_layouts=[SLO_FAST, SLO_MEETS])
+        run = tune(tmp_path, *RELAUNCH, topolaunch_workload=SLO_WORKLOAD, tune_layouts=[SLO_FAST, SLO_MEETS])
         assert run.returncode == 0, run.stdout[-8000:]
         plan = json.loads((tmp_path / "artifacts" / TUNE.host / "plan.json").read_text())
         candidates = {c["name"]: c for c in json.loads(
@@ -248,7 +253,7 @@ BACKEND_SPEED = "moe_runner_backend:auto=0.25,moe_runner_backend:cutlass=1.5"
 
 
 def test_a_tune_over_moe_runner_backends_runs_the_faster_one(lab_host, tmp_path):
-    run = tune(tmp_path, tune_layouts=[TRUE_WINNER], topolaunch_tune_max=2,
+    run = tune(tmp_path, *RELAUNCH, tune_layouts=[TRUE_WINNER], topolaunch_tune_max=2,
                topolaunch_tune_backends=["moe_runner_backend"],
                lab_sim_backend_speed=BACKEND_SPEED)
     assert run.returncode == 0, run.stdout[-8000:]
@@ -287,7 +292,7 @@ def test_a_tune_measures_speculative_decoding_on_and_off_and_keeps_the_faster(la
     assert rc == 0, out
     TUNE.write_inventory(lab_sim_layout_speed=SPEED, lab_sim_accept_length=4)
     try:
-        run = tune(tmp_path, topolaunch_model_path=MTP_MODEL, model_weights_source="path",
+        run = tune(tmp_path, *RELAUNCH, topolaunch_model_path=MTP_MODEL, model_weights_source="path",
                    topolaunch_speculative="auto", topolaunch_speculative_accept_length=2.2,
                    tune_layouts=[SPEC_LAYOUT, SPEC_LAYOUT + "+nextn"])
         assert run.returncode == 0, run.stdout[-8000:]
