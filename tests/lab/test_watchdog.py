@@ -82,6 +82,14 @@ def wait_for(condition, timeout, what):
     raise AssertionError("timed out after %ss waiting for %s" % (timeout, what))
 
 
+def wait_for_watchdog_runs(lab, runs, what):
+    """Wait until the watchdog has run `runs` more times (its last-run timestamp took that many new values): the
+    evidence that it saw what a negative check says it did not act on."""
+    seen = {metrics(lab).get("topolaunch_watchdog_last_run_timestamp_seconds")}
+    wait_for(lambda: seen.add(metrics(lab).get("topolaunch_watchdog_last_run_timestamp_seconds")) or len(seen) > runs,
+             INTERVAL * (runs + 2) + PROBE_TIMEOUT, "%d watchdog runs %s" % (runs, what))
+
+
 def test_bad_interval_or_failures_fail_naming_the_field_before_anything_changes(lab):
     rc, out = lab.play("--tags", "relaunch,watchdog")
     assert rc == 0, out[-6000:]
@@ -104,7 +112,7 @@ def test_a_hang_is_restarted_but_not_while_the_relaunch_lock_is_held(lab):
     holder = sh(lab, "setsid flock -o /run/topolaunch/relaunch.lock sleep 300 </dev/null >/dev/null 2>&1 & echo $!")
     try:
         assert generate_until_hung(lab) >= 1
-        time.sleep(INTERVAL * (FAILURES + 3) + PROBE_TIMEOUT)
+        wait_for_watchdog_runs(lab, FAILURES + 1, "while the relaunch lock is held")
         assert invocation(lab) == first, "restarted while the relaunch lock was held"
         assert metrics(lab)["topolaunch_watchdog_relaunch_lock_held"] == 1
     finally:
@@ -137,6 +145,6 @@ def test_a_hang_at_every_start_stops_at_the_limit_and_leaves_the_server_down(lab
         in journal, journal[-3000:]
     m = metrics(lab)
     assert m["topolaunch_watchdog_gave_up"] == 1 and m["topolaunch_watchdog_restarts_last_hour"] == MAX_RESTARTS
-    time.sleep(INTERVAL * 3)
+    wait_for_watchdog_runs(lab, 2, "after it gave up")
     assert sh(lab, "systemctl show -p ActiveState --value %s" % UNIT) in ("inactive", "failed")
     assert "%s: down: left down" % UNIT in sh(lab, "journalctl -o cat -t topolaunch-watchdog --no-pager -n 3")
