@@ -44,8 +44,8 @@ from .constants import base_version, server_view
 from .system import file_differs, journal, run as _run, show, write_atomic
 from .text import shown
 
-__all__ = ["HealthError", "MILESTONES", "milestones", "milestone", "label", "error_lines", "port_open",
-           "wait_chunk", "read_plan", "read_last_good", "last_good_record", "last_good_facts", "http_request", "verify",
+__all__ = ["HealthError", "MILESTONES", "milestones", "milestone", "milestone_pattern", "label", "error_lines",
+           "port_open", "wait_chunk", "read_plan", "read_last_good", "last_good_record", "last_good_facts", "http_request", "verify",
            "record_last_good", "check",
            "probe_settings", "chat_template_source", "answer_probe"]
 
@@ -110,6 +110,11 @@ def milestone(lines, version=None, table=None):
             if words in line:
                 reached = key
     return reached
+
+
+def milestone_pattern(table):
+    """The regular expression of a milestone table's log lines (journalctl --grep)."""
+    return "|".join(re.escape(words) for _key, words in table)
 
 
 def label(key, version=None):
@@ -194,13 +199,16 @@ def wait_chunk(unit, host, port, invocation_id=None, known="started", chunk_s=20
         state = show(unit, SHOW_PROPS, run, HealthError)
         if invocation_id is None:
             invocation_id = state.get("InvocationID") or None
-        lines = journal(unit, 400, run, HealthError, invocation_id)
-        reached = milestone(lines, table=table)
+        # The milestones alone: a busy server logs a line per batch, and its start's lines would soon be older
+        # than any last-N window (a deploy or a bench on a server up for hours read "started (no milestone yet)")
+        reached = milestone(journal(unit, 400, run, HealthError, invocation_id, grep=milestone_pattern(table)),
+                            table=table)
         result = {"milestone": reached, "label": labels[reached], "invocation_id": invocation_id,
                   "active_state": state.get("ActiveState"), "port_open": False,
                   "since_start_s": _since_start(state, clock), "looks": looks}
         why = _dead_reason(state, invocation_id)
         if why:
+            lines = journal(unit, 400, run, HealthError, invocation_id)
             errors = error_lines(lines, journal_lines)
             result.update(state="dead", error_lines=errors, last_lines=lines[-journal_lines:])
             raise HealthError(
@@ -214,6 +222,7 @@ def wait_chunk(unit, host, port, invocation_id=None, known="started", chunk_s=20
             result["state"] = "progress"
             return result
         if startup_timeout and result["since_start_s"] >= startup_timeout:
+            lines = journal(unit, 400, run, HealthError, invocation_id)
             result.update(state="timeout", last_lines=lines[-journal_lines:])
             raise HealthError(
                 "%s is not ready %s s after its start (timeout %s s): last milestone: %s; port %s %s. "

@@ -2,6 +2,7 @@
 `systemctl show`, write a file atomically with its mode and owner. Plain Python 3.9+ stdlib."""
 import os
 import pwd
+import re
 import subprocess
 import tempfile
 
@@ -59,14 +60,23 @@ def show(unit, props, run, error):
     return parse_show(out)
 
 
-def journal(unit, lines, run, error, invocation_id=None):
+def journal(unit, lines, run, error, invocation_id=None, grep=None):
     """The last `lines` log lines of `unit` (of one start, its own output and systemd's messages about it, when
-    invocation_id is given); raises `error(message)` when journalctl fails."""
+    invocation_id is given), only those matching the regular expression `grep` when given (journalctl --grep; a
+    journalctl built without pattern matching: the Python filter of the last `lines`); raises `error(message)`
+    when journalctl fails."""
     argv = ["journalctl", "--no-pager", "-o", "cat", "-n", str(lines)]
     if invocation_id:
         argv += ["_SYSTEMD_INVOCATION_ID=%s" % invocation_id, "+", "INVOCATION_ID=%s" % invocation_id]
     else:
         argv += ["-u", unit]
+    if grep:
+        rc, out, err = run(argv + ["--quiet", "--grep", grep, "--case-sensitive=true"])
+        if rc == 0 or "pattern matching" not in err:
+            if rc != 0 and not (rc == 1 and not out.strip() and not err.strip()):
+                raise error("journalctl failed (rc %s): %s" % (rc, err.strip()))
+            return out.splitlines()
+        return [line for line in journal(unit, lines, run, error, invocation_id) if re.search(grep, line)]
     rc, out, err = run(argv)
     if rc != 0:
         raise error("journalctl failed (rc %s): %s" % (rc, err.strip()))

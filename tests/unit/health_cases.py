@@ -2,6 +2,7 @@
 the tests of health.py, health_nodes.py and the module sglang_health use them."""
 import json
 import os
+import re
 
 import pytest
 
@@ -26,19 +27,26 @@ CRASH = LOG[:2] + [
 
 
 class Unit:
-    """Scripted systemctl/journalctl: each poll advances one step of (properties, journal lines)."""
+    """Scripted systemctl/journalctl: each poll (a systemctl call after the journal was read) advances one step of
+    (properties, journal lines); journalctl answers as it does: the last -n lines, of those --grep matches."""
 
     def __init__(self, steps):
         self.steps = steps
         self.i = 0
+        self.read = False
         self.calls = []
 
     def run(self, argv):
         self.calls.append(argv)
+        if argv[0] == "systemctl" and self.read:
+            self.i, self.read = self.i + 1, False
         props, lines = self.steps[min(self.i, len(self.steps) - 1)]
         if argv[0] == "systemctl":
             return 0, "".join("%s=%s\n" % kv for kv in props.items()), ""
-        self.i += 1                        # journalctl is read after systemctl: one step per poll
+        self.read = True
+        if "--grep" in argv:
+            lines = [line for line in lines if re.search(argv[argv.index("--grep") + 1], line)]
+        lines = lines[-int(argv[argv.index("-n") + 1]):] if "-n" in argv else lines
         return 0, "".join(line + "\n" for line in lines), ""
 
 

@@ -148,6 +148,17 @@ def test_returns_at_each_new_milestone_then_ready(open_port):
     assert "_SYSTEMD_INVOCATION_ID=abc123" in journal_call and "INVOCATION_ID=abc123" in journal_call
 
 
+def test_a_server_busy_for_hours_is_still_ready(open_port):
+    """The start's milestones are read by pattern, not from the last lines: a server that logged thousands of
+    request lines since its ready line (a deploy or a bench hours later) read 'started (no milestone yet)'."""
+    busy = LOG + ["[2026-11-30 0%d:%02d:00 TP0] Decode batch. #running-req: 4, #token: 1%03d, gen throughput "
+                  "(token/s): 310.2" % (2 + i // 600, i // 10 % 60, i % 1000) for i in range(3000)]
+    unit = Unit([(active(), busy)])
+    res = _wait(unit, open_port, Clock(), known="ready", invocation_id="abc123")
+    assert res["state"] == "ready" and res["milestone"] == "ready", res
+    assert any("--grep" in call for call in unit.calls if call[0] == "journalctl")
+
+
 def test_ready_needs_the_port_too(closed_port):
     clock = Clock()
     unit = Unit([(active(), LOG)])

@@ -39,6 +39,33 @@ def test_journal_of_one_start_or_of_the_unit():
     assert seen[1][-2:] == ["-u", "u.service"]
 
 
+def test_journal_by_pattern():
+    """--grep when journalctl has it; no match (rc 1, nothing said) is no line; without pattern matching compiled
+    in, the last lines filtered here; any other failure is the error."""
+    seen = []
+
+    def grep_ok(argv):
+        seen.append(argv)
+        return 0, "ready\n", ""
+
+    assert journal("u.service", 5, grep_ok, Boom, "abc", grep="ready|begin") == ["ready"]
+    assert seen[0][-4:] == ["--quiet", "--grep", "ready|begin", "--case-sensitive=true"]
+    assert journal("u.service", 5, lambda argv: (1, "", ""), Boom, grep="x") == []
+
+    def no_pcre(argv):
+        if "--grep" in argv:
+            return 1, "", "Compiled without pattern matching support\n"
+        return 0, "a begin\nnoise\nready\n", ""
+
+    assert journal("u.service", 5, no_pcre, Boom, grep="ready|begin") == ["a begin", "ready"]
+    try:
+        journal("u.service", 5, lambda argv: (1, "", "Access denied\n"), Boom, grep="x")
+    except Boom as exc:
+        assert "Access denied" in str(exc)
+    else:
+        raise AssertionError("no error")
+
+
 def test_write_atomic_then_file_differs(tmp_path):
     path = str(tmp_path / "f")
     assert file_differs(path, "x", 0o644, ME)
