@@ -102,14 +102,16 @@ def milestones(version=None):
 
 
 def milestone(lines, version=None, table=None):
-    """The milestone key of the last log line that is one (of that SGLang version, or of `table`), or 'started'."""
+    """The furthest milestone key (in the table's order: a start reaches them in turn) that a log line shows (of that
+    SGLang version, or of `table`), or 'started'. The furthest, not the last line's: ranks log the same milestones
+    at their own pace, and journalctl --grep -n prints its matches newest first (systemd 252)."""
     table = table or milestones(version)
-    reached = "started"
+    reached = -1
     for line in lines:
-        for key, words in table:
-            if words in line:
-                reached = key
-    return reached
+        for i, (_key, words) in enumerate(table):
+            if i > reached and words in line:
+                reached = i
+    return table[reached][0] if reached >= 0 else "started"
 
 
 def milestone_pattern(table):

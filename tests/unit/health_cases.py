@@ -28,7 +28,8 @@ CRASH = LOG[:2] + [
 
 class Unit:
     """Scripted systemctl/journalctl: each poll (a systemctl call after the journal was read) advances one step of
-    (properties, journal lines); journalctl answers as it does: the last -n lines, of those --grep matches."""
+    (properties, journal lines); journalctl answers as it does: the last -n lines, of those --grep matches (then
+    newest first, as systemd 252's does)."""
 
     def __init__(self, steps):
         self.steps = steps
@@ -47,6 +48,8 @@ class Unit:
         if "--grep" in argv:
             lines = [line for line in lines if re.search(argv[argv.index("--grep") + 1], line)]
         lines = lines[-int(argv[argv.index("-n") + 1]):] if "-n" in argv else lines
+        if "--grep" in argv and "-n" in argv:
+            lines = lines[::-1]             # systemd 252's journalctl: --grep with -n prints the newest match first
         return 0, "".join(line + "\n" for line in lines), ""
 
 
