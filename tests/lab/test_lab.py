@@ -239,8 +239,9 @@ def test_hosts_have_cgroup_trees_of_their_own(inventory):
     """The same unit on two hosts lives in two cgroups: before, every host rooted its tree in lab.py's own cgroup, so
     a unit one host stopped removed the cgroup another host was starting the same-named unit in (219/CGROUP)."""
     for port in PORTS.values():
-        ssh(port, "systemd-run --unit=tl-cgroup-probe --property=Type=exec /bin/sleep 600")
-    probes = [q for q in container_pids() if pathlib.Path(f"/proc/{q}/cmdline").read_bytes() == b"/bin/sleep\x00600\x00"]
+        ssh(port, "systemd-run --unit=tl-cgroup-probe --property=Type=exec /usr/bin/tail -f /dev/null")
+    probe = b"/usr/bin/tail\x00-f\x00/dev/null\x00"         # idles until stopped (Type=exec: it runs when systemd-run returns)
+    probes = [q for q in container_pids() if pathlib.Path(f"/proc/{q}/cmdline").read_bytes() == probe]
     assert len(probes) == 2, probes
     cgroups = [outside_cgroup(q) for q in probes]
     assert all(c.endswith("/system.slice/tl-cgroup-probe.service") for c in cgroups), cgroups
