@@ -13,7 +13,8 @@ sglang_servers, `mon` (ssh 2541, Prometheus 35405) in the group monitoring; lab 
   holds) fails with one line naming the field, before anything changes on a host;
 - last (it changes the layout): tp4dp2, two replicas behind the model gateway (the lab's 70B stand-in), then
   `--tags monitoring` alone: every replica and the gateway up == 1, an sglang: series per replica, status.yml per
-  replica; then `--tags watchdog` alone watches each replica, and a hung replica is restarted by it alone.
+  replica; the relaunch pointed the watchdog at each replica, and so does `--tags watchdog` alone; a hung replica
+  is restarted by it alone.
 
     nsenter --net=/run/netns/<ns> -- .venv/bin/pytest -q tests/lab/test_monitoring.py
 """
@@ -210,18 +211,21 @@ def _replica_code(lab, port, path="/generate"):
 
 
 def test_the_watchdog_restarts_the_hung_replica_alone(lab, monitored):
-    """After the case above (tp4dp2 runs): `--tags watchdog` alone watches each replica (read from the host); replica
-    1 hangs (the simulator's hang_after_requests fault in its env file): the watchdog restarts it, it serves again,
-    and replica 0 keeps its main pid."""
+    """After the case above (tp4dp2 runs): its relaunch, and `--tags watchdog` alone (reading the host), watch each
+    replica; replica 1 hangs (the simulator's hang_after_requests fault in its env file): the watchdog restarts it,
+    it serves again, and replica 0 keeps its main pid."""
     if _replica_show(lab, 1, "ActiveState") != "active":
         pytest.skip("needs the replicas of test_replicas_behind_the_gateway_are_scraped_each")
+    units = ["topolaunch-sglang@0.service", "topolaunch-sglang@1.service"]
+    # the `--tags relaunch` to tp4dp2 above already pointed the watchdog at each replica (it watched the one server's
+    # unit, gone since, until the relaunch ran the watchdog stage too)
+    assert [s["unit"] for s in lab.host_json("/etc/topolaunch/watchdog.json", SRV)["servers"]] == units
     rc, out = lab.play("--tags", "watchdog", extra={
         "topolaunch_watchdog_interval": WD_INTERVAL, "topolaunch_watchdog_failures": WD_FAILURES,
         "topolaunch_watchdog_max_restarts": 2, "topolaunch_load_timeout": 30,
         "watchdog_probe_timeout": WD_PROBE_TIMEOUT, "watchdog_term_timeout": WD_TERM})
     assert rc == 0, out[-6000:]
-    config = lab.host_json("/etc/topolaunch/watchdog.json", SRV)
-    assert [s["unit"] for s in config["servers"]] == ["topolaunch-sglang@0.service", "topolaunch-sglang@1.service"]
+    assert [s["unit"] for s in lab.host_json("/etc/topolaunch/watchdog.json", SRV)["servers"]] == units
     # replica 1 only: the fault in its env file, a new start
     rc, _ = lab.ssh("echo 'SGLANG_SIM_FAULT=\"hang_after_requests:2\"' >> /etc/topolaunch/sglang@1.env && "
                     "systemctl restart topolaunch-sglang@1.service", SRV)
