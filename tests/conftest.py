@@ -140,16 +140,3 @@ def fake_nvml(fake_nvml_build, tmp_path, monkeypatch):
     helper = FakeNvml(fake_nvml_build, tmp_path, monkeypatch)
     yield helper
     helper.shutdown()
-
-
-def pytest_configure(config):
-    """make collection-test runs the unit tests once more with the built collection first on the path
-    (TOPOLAUNCH_TEST_COLLECTION): make sure that is what they import."""
-    wanted = os.environ.get("TOPOLAUNCH_TEST_COLLECTION")
-    if wanted:
-        import ansible_collections.topolaunch.sglang.plugins.module_utils as module_utils  # noqa: E501  pylint: disable=import-outside-toplevel
-        import ansible_collections.topolaunch.sglang.plugins.plugin_utils as plugin_utils  # noqa: E501  pylint: disable=import-outside-toplevel
-        for package in (module_utils, plugin_utils):
-            if not package.__file__.startswith(wanted):
-                raise pytest.UsageError("%s comes from %s, not the built collection %s"
-                                        % (package.__name__, package.__file__, wanted))

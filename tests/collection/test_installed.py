@@ -88,3 +88,31 @@ def test_renamed_modules_keep_working_by_their_old_names(installed):
         proc = subprocess.run([str(BIN / "ansible-doc"), "topolaunch.sglang." + old], env=env, capture_output=True,
                               text=True, check=False, timeout=120)
         assert proc.returncode == 0 and "topolaunch.sglang.%s" % new in proc.stdout, proc.stdout + proc.stderr
+
+
+VIEW = ROOT / "collections" / "ansible_collections" / "topolaunch" / "sglang"
+
+
+def view_files():
+    """{relative path: bytes} of the repository's collection view (its symlinks followed), as `make collection`
+    copies it: without __pycache__ and .pyc (galaxy.yml's build_ignore), and without galaxy.yml itself (the build
+    writes MANIFEST.json from it)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(VIEW, followlinks=True):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for name in filenames:
+            if not name.endswith(".pyc") and not (dirpath == str(VIEW) and name == "galaxy.yml"):
+                path = pathlib.Path(dirpath) / name
+                out[str(path.relative_to(VIEW))] = path.read_bytes()
+    return out
+
+
+def test_the_installed_collection_is_the_repository_s_code_byte_for_byte(installed):
+    """The unit tests run on the repository's copy (tests/unit): the tarball installed by ansible-galaxy holds that
+    very code, every file of the collection view, unchanged (nothing left out by the build, nothing stale)."""
+    here = installed / "ansible_collections" / "topolaunch" / "sglang"
+    want = view_files()
+    assert len(want) > 100 and "plugins/module_utils/planner.py" in want, sorted(want)[:20]
+    missing = sorted(rel for rel in want if not (here / rel).is_file())
+    differ = sorted(rel for rel in want if rel not in missing and (here / rel).read_bytes() != want[rel])
+    assert not missing and not differ, {"missing": missing[:20], "differ": differ[:20]}
