@@ -126,7 +126,8 @@ EFFICIENCY = {
     "attention": 0.5,       # fraction of bf16 peak the attention kernels reach on their FLOPs
     "memory": 0.8,          # fraction of memory bandwidth a streaming read reaches (weights, KV cache)
     "layer_us": 11.7,        # fixed GPU time per layer and forward with CUDA graphs beyond the per-kernel floors
-    "eager_factor": 4.0,     # the same without CUDA graphs (batch above cuda_graph_max_bs; not measured: fitted)
+    "eager_factor": 4.0,     # CPU launch time per layer without CUDA graphs, x layer_us (batch above cuda_graph_max_bs,
+                             # prefill; overlaps the GPU's work, paid only beyond it; not measured: fitted)
     "step_ms": 1.5,          # scheduler CPU time per forward step (Python, per scheduler process)
     "request_us": 12.0,      # scheduler CPU time per running request and step
     "ep_skew": 0.15,         # how much more routed work the busiest expert-parallel rank gets than the mean

@@ -30,7 +30,9 @@ Decode. One forward pass of a stage over a micro-batch of m tokens costs, per la
   - two allreduces of m x hidden activations over the TP group (NCCL ring: latency + bytes x 2(n-1)/n / bus
     bandwidth; bus bandwidth = the group's slowest link x a measured efficiency that depends on the link kind and
     group size; SGLang's custom allreduce only on NVLink or 2 PCIe GPUs), and a fixed GPU time per layer (kernel
-    launches and tails; larger without CUDA graphs, i.e. when m > cuda_graph_max_bs).
+    tails and small kernels under a CUDA graph). Without graphs (m > cuda_graph_max_bs, prefill) the CPU launches
+    each kernel (eager_factor x that time per layer); the launches run ahead of the GPU, so a stage pays only what
+    they take beyond its GPU work.
   The last stage adds the LM head and the all-gather of the logits over the TP group; every stage but the
   last sends hidden states and residual to the next stage over the boundary link.
   The scheduler's CPU time per step (a fixed part + a part per running request) overlaps the GPU with SGLang's
@@ -425,8 +427,12 @@ def stage_time(shape, layout, stage, m, ctx, links, gpu, peak, eff, graph_bs, pr
             parts["comm"] += layers * links.subgroup(attn_tp).allreduce(size / a)
     else:
         parts["comm"] += 2 * layers * links.allreduce(size)
-    per_layer = eff["layer_us"] * 1e-6 * (eff["eager_factor"] if (prefill or m > graph_bs) else 1.0)
-    parts["overhead"] += per_layer * layers
+    parts["overhead"] += eff["layer_us"] * 1e-6 * layers
+    if prefill or m > graph_bs:
+        # without CUDA graphs the CPU launches every kernel (eager_factor x the per-layer time of the graph); the
+        # launches run ahead of the GPU, so the GPU waits only for what they take beyond its own work
+        launches = eff["eager_factor"] * eff["layer_us"] * 1e-6 * layers
+        parts["overhead"] += max(0.0, launches - sum(parts.values()))
     if stage["last"]:
         head = shape.vocab * h / float(tp)
         tokens = 1 if prefill else m

@@ -117,6 +117,24 @@ def test_thin_shards_lose_efficiency_as_the_h200_records_show():
     assert widths[2] > 0.97 and 0.9 < widths[3] < 0.95 and 0.7 < widths[4] < 0.8
 
 
+def test_eager_launches_overlap_the_gpus_work(vnuma, monkeypatch):
+    """Above cuda_graph_max_bs SGLang launches every kernel from the CPU; CUDA runs them asynchronously, so a step
+    whose GPU work outlasts the launches (GLM-4.7 at 64 requests: ~70 ms of weight and KV reads) costs what it costs
+    with graphs. The model added eager_factor x layer_us per layer on top (3.2 ms here) - which made PP's larger
+    micro-batches (beyond the graph sizes sooner) pay for launches the GPU never waits on. Launches the GPU's work
+    does not cover are still paid."""
+    def steps(graph_bs):
+        return {n: e["step_ms"] for n, e in estimates(vnuma, model_path("glm-4.7"), {"concurrency": 64},
+                                                         server_args={"cuda_graph_max_bs": graph_bs}).items()
+                if n in ("tp8", "tp4pp2")}
+
+    graphed, eager = steps(256), steps(8)
+    assert eager == pytest.approx(graphed, rel=1e-6)
+    monkeypatch.setitem(plan_perf.EFFICIENCY, "eager_factor", 1000.0)    # launches far beyond the GPU's work
+    slow = steps(8)
+    assert all(slow[n] > 1.5 * graphed[n] for n in graphed), (slow, graphed)
+
+
 def test_two_tp4_replicas_beat_tp8_on_an_nvswitch_box(tmp_path):
     """Published (GPUStack, 8x H200, SGLang, GLM-4.6-FP8, ShareGPT 1000 prompts, one TP4 replica measured and
     doubled): 1.8x TP8. The old model predicted about 1.1x or the reverse; fatter shards, smaller allreduce groups
