@@ -32,10 +32,6 @@ FIT = {
     "eager_factor": (1.0, 20.0, 4.0, 1.0),
     "step_ms": (0.1, 30.0, 1.5, 1.5),
     "request_us": (0.5, 200.0, 12.0, 1.5),
-    # bounded by the H200 records (tests/fixtures/real-gpu: dense and grouped bf16 GEMMs with the kernel floors):
-    # their median error is within 0.005 of its best (110) for half-efficiency widths 80-135, so the fit may only
-    # choose inside that measured range (test_plan_score_kernels.py recomputes it)
-    "shard_width": (80.0, 135.0, 110.0, 1.5),
     "ep_skew": (0.01, 1.0, 0.15, 1.5),
 }
 # A machine's fit: how much the pull towards the committed constants weighs against the mean squared ratio error.

@@ -102,10 +102,21 @@ ACTIVATION_BYTES = 2
 # - a decode attention kernel at least ~8 us (8.2-9.1 us for one request over 1k tokens, attention_h200.json);
 # - decode GEMMs run 64-row tiles (Hopper's smallest tensor-core tile, wgmma M = 64): counting 128-row tiles
 #   over-charged compute for small shards near m = 128 (ratios up to 1.7 in gemm_h200.json).
+# - thin shards: a GEMM whose cut dimension per GPU is `width` reaches 1 / (1 + (SHARD_WIDTH / width)^2) of its
+#   roofline. Measured as the ratio of each shard's time to its tp1 twin's at the same tokens (the width effect alone,
+#   what a layout choice compares): dense pairs lose nothing measurable beyond their floors down to width 768, grouped
+#   bf16 ones lose ~4% at 384 and ~25% at 192. The squared form and 110 fit those ratios best (median |log error|
+#   0.049 over 288 ratios; the fitted hyperbola width / (width + w) the model had is at best 0.056, at w = 65, and
+#   at its fitted 83.6 charged widths 384-1024 6-11% more than this: the TP-vs-EP margin of a tp4 MoE);
+#   test_plan_score_kernels.py recomputes both.
+# - a grouped (fused-MoE) kernel streams its experts at ~85% of the bandwidth a dense GEMM reaches (3.1-3.3 TB/s at
+#   tp1 against 4.1-4.4; the best fraction for the grouped records, recomputed by the same test).
 GEMM_KERNEL_US = 4.5
 GROUPED_GEMM_KERNEL_US = 10.0
 ATTENTION_KERNEL_US = 8.0
 GEMM_TILE = (64, 128)
+SHARD_WIDTH = 110.0
+GROUPED_GEMM_BANDWIDTH = 0.85
 
 # The fitted efficiencies: what kernels and SGLang's scheduler reach. Initial values are the usual figures
 # (GEMM ~70% of dense peak on large shapes, streaming ~80% of memory bandwidth); tools/calibration.py fits them
@@ -114,18 +125,18 @@ EFFICIENCY = {
     "gemm": 0.7,            # fraction of dense tensor peak a large GEMM reaches
     "attention": 0.5,       # fraction of bf16 peak the attention kernels reach on their FLOPs
     "memory": 0.8,          # fraction of memory bandwidth a streaming read reaches (weights, KV cache)
-    "layer_us": 11.7,        # fixed GPU time per layer and forward with CUDA graphs beyond the per-kernel floors
-    "eager_factor": 4.0,     # the same without CUDA graphs (batch above cuda_graph_max_bs; not measured: fitted)
+    "layer_us": 20.0,        # fixed GPU time per layer and forward with CUDA graphs beyond the per-kernel floors
+    "eager_factor": 4.0,     # CPU launch time per layer without CUDA graphs, x layer_us (batch above cuda_graph_max_bs,
+                             # prefill; overlaps the GPU's work, paid only beyond it; not measured: fitted)
     "step_ms": 1.5,          # scheduler CPU time per forward step (Python, per scheduler process)
     "request_us": 12.0,      # scheduler CPU time per running request and step
-    "shard_width": 83.57,    # GEMM width per GPU at which a shard reaches half its roofline (thin-shard loss)
-    "ep_skew": 0.15,         # how much more routed work the busiest expert-parallel rank gets than the mean
+    "ep_skew": 0.3162,       # how much more routed work the busiest expert-parallel rank gets than the mean
 }
 
 # The model's error on the calibration set: the typical |log(predicted ratio / measured ratio)| between two
 # measured layouts of one case (tools/calibration.py computes it; tests/unit recompute it). A margin between the
 # top two layouts smaller than this is inside the model's error: measure (layout: tune).
-MODEL_ERROR = 0.251
+MODEL_ERROR = 0.243
 
 
 def gpu_perf(name, compute_capability=None):

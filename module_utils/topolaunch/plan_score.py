@@ -21,14 +21,18 @@ Decode. One forward pass of a stage over a micro-batch of m tokens costs, per la
     tile occupancy = output tiles of 64 rows x 128 columns / SMs (capped at 1), which is where thin shards (large
     tp) and few tokens per expert lose compute efficiency. Every kernel also pays its floor under a CUDA graph
     (plan_perf.GEMM_KERNEL_US, GROUPED_GEMM_KERNEL_US, ATTENTION_KERNEL_US: measured on an H200,
-    tests/fixtures/real-gpu/, replayed by test_plan_score_kernels.py).
+    tests/fixtures/real-gpu/, replayed by test_plan_score_kernels.py); a shard of `width` columns per GPU reaches
+    1 / (1 + (plan_perf.SHARD_WIDTH / width)^2) of the roofline, and a grouped kernel streams at
+    plan_perf.GROUPED_GEMM_BANDWIDTH of a dense one's bandwidth (both measured there too).
   - attention: KV bytes read (m tokens x the average context of input + output/2, per-GPU cache cell: MLA
     latent replicated on every TP rank, GQA heads split by tp; DSA reads only index_topk latent entries plus
     every index key) and its FLOPs, as the same roofline at bf16.
   - two allreduces of m x hidden activations over the TP group (NCCL ring: latency + bytes x 2(n-1)/n / bus
     bandwidth; bus bandwidth = the group's slowest link x a measured efficiency that depends on the link kind and
     group size; SGLang's custom allreduce only on NVLink or 2 PCIe GPUs), and a fixed GPU time per layer (kernel
-    launches and tails; larger without CUDA graphs, i.e. when m > cuda_graph_max_bs).
+    tails and small kernels under a CUDA graph). Without graphs (m > cuda_graph_max_bs, prefill) the CPU launches
+    each kernel (eager_factor x that time per layer); the launches run ahead of the GPU, so a stage pays only what
+    they take beyond its GPU work.
   The last stage adds the LM head and the all-gather of the logits over the TP group; every stage but the
   last sends hidden states and residual to the next stage over the boundary link.
   The scheduler's CPU time per step (a fixed part + a part per running request) overlaps the GPU with SGLang's
@@ -242,11 +246,11 @@ class Shape:
         self.expert_width = self.expert / (3.0 * self.hidden) if self.expert else 0.0
 
 
-def shard_efficiency(width, eff):
+def shard_efficiency(width):
     """Fraction of a GEMM's roofline it reaches when each GPU holds `width` columns (or rows) of it: thin shards
-    (large tp) give short reductions and small tiles, so both tensor throughput and streamed bandwidth fall;
-    width / (width + shard_width) with the fitted half-efficiency width."""
-    return width / (width + eff["shard_width"])
+    (large tp) give short reductions and few tiles, so both tensor throughput and streamed bandwidth fall;
+    1 / (1 + (plan_perf.SHARD_WIDTH / width)^2), measured (plan_perf: the H200 records' shard-to-tp1 ratios)."""
+    return 1.0 / (1.0 + (plan_perf.SHARD_WIDTH / max(1.0, width)) ** 2)
 
 
 def _occupancy(tiles, sms):
@@ -266,16 +270,16 @@ def kernel_time(flops, peak, tiles, bytes_, bandwidth, kernels, floor_us, sms):
     return t + kernels * floor_us * 1e-6, c, w
 
 
-def dense_gemm_time(local, width, tokens, hidden, bpp, peak, hbm, sms, eff):
+def dense_gemm_time(local, width, tokens, hidden, bpp, peak, hbm, sms):
     """One layer's column-parallel + row-parallel GEMM pair of `local` weights per GPU (`width` = the cut dimension
     per GPU) on `tokens` tokens: two kernels."""
     cols = max(1.0, local / hidden)          # output columns per GPU of the column-parallel half
-    se = shard_efficiency(width, eff)
+    se = shard_efficiency(width)
     return kernel_time(2.0 * tokens * local, peak * se, _tiles(tokens, cols) * 2, local * bpp, hbm * se, 2,
                        plan_perf.GEMM_KERNEL_US, sms)
 
 
-def moe_gemm_time(shape, tp, ep, m, bpp, peak, hbm, sms, eff):
+def moe_gemm_time(shape, tp, ep, m, bpp, peak, hbm, sms):
     """One layer's routed experts on one GPU as fused MoE runs them: one grouped kernel for gate+up and one for
     down over every expert some token routes to (1 - (1 - top_k/experts)^m of them are read)."""
     assignments = m * shape.top_k
@@ -286,9 +290,9 @@ def moe_gemm_time(shape, tp, ep, m, bpp, peak, hbm, sms, eff):
     per_expert_tokens = assignments / float(shape.experts)
     cols = shape.expert_width * 2 / moe_tp
     experts_local = shape.experts / float(ep) * touched
-    se = shard_efficiency(shape.expert_width / moe_tp, eff)
-    return kernel_time(flops, peak * se, experts_local * _tiles(per_expert_tokens, cols), local_bytes, hbm * se, 2,
-                       plan_perf.GROUPED_GEMM_KERNEL_US, sms)
+    se = shard_efficiency(shape.expert_width / moe_tp)
+    return kernel_time(flops, peak * se, experts_local * _tiles(per_expert_tokens, cols), local_bytes,
+                       hbm * se * plan_perf.GROUPED_GEMM_BANDWIDTH, 2, plan_perf.GROUPED_GEMM_KERNEL_US, sms)
 
 
 def attention_time(flops, kv, attn_peak, hbm, sms):
@@ -381,7 +385,7 @@ def stage_time(shape, layout, stage, m, ctx, links, gpu, peak, eff, graph_bs, pr
         """count layers' GEMMs of `params` weights split over `split` GPUs, on `tokens` tokens."""
         if not count or not params:
             return
-        t, c, w = dense_gemm_time(params / float(split), width / split, tokens, h, bpp, gemm_peak, hbm, sms, eff)
+        t, c, w = dense_gemm_time(params / float(split), width / split, tokens, h, bpp, gemm_peak, hbm, sms)
         add(t * count, c, w, "weights")
 
     layers = stage["layers"]
@@ -389,7 +393,7 @@ def stage_time(shape, layout, stage, m, ctx, links, gpu, peak, eff, graph_bs, pr
     dense(shape.dense_mlp, stage["dense_layers"], shape.dense_width, tp, m)
     dense(shape.shared, stage["moe_layers"], shape.expert_width, tp, m)
     if stage["moe_layers"] and shape.experts:
-        t, c, w = moe_gemm_time(shape, tp, ep, m, bpp, gemm_peak, hbm, sms, eff)
+        t, c, w = moe_gemm_time(shape, tp, ep, m, bpp, gemm_peak, hbm, sms)
         skew = 1.0 + eff["ep_skew"] if ep > 1 else 1.0    # the busiest EP rank's share of the routed tokens
         add(t * skew * stage["moe_layers"], c, w, "weights")
 
@@ -423,8 +427,12 @@ def stage_time(shape, layout, stage, m, ctx, links, gpu, peak, eff, graph_bs, pr
             parts["comm"] += layers * links.subgroup(attn_tp).allreduce(size / a)
     else:
         parts["comm"] += 2 * layers * links.allreduce(size)
-    per_layer = eff["layer_us"] * 1e-6 * (eff["eager_factor"] if (prefill or m > graph_bs) else 1.0)
-    parts["overhead"] += per_layer * layers
+    parts["overhead"] += eff["layer_us"] * 1e-6 * layers
+    if prefill or m > graph_bs:
+        # without CUDA graphs the CPU launches every kernel (eager_factor x the per-layer time of the graph); the
+        # launches run ahead of the GPU, so the GPU waits only for what they take beyond its own work
+        launches = eff["eager_factor"] * eff["layer_us"] * 1e-6 * layers
+        parts["overhead"] += max(0.0, launches - sum(parts.values()))
     if stage["last"]:
         head = shape.vocab * h / float(tp)
         tokens = 1 if prefill else m

@@ -163,8 +163,9 @@ def test_glm5_on_the_field_box_what_the_physics_says(vnuma):
     assert busy["tp4pp2"]["kv_capacity_requests"] >= 1.8 * busy["tp8"]["kv_capacity_requests"]
     assert busy["tp8"]["limit"] == "kv" and busy["tp8"]["batch"] < 1024
     assert busy["tp4pp2"]["tokens_per_s"] > busy["tp8"]["tokens_per_s"]
+    # 1 to 4 in flight (README); from 8 to 128 the two are within a few percent (at 64 a 0.1% tie)
     quiet = planner.plan(planner.PlanRequest(topology=vnuma, model_path=GLM5, server_args=FIELD_ARGS,
-                                             workload={"concurrency": 64}))
+                                             workload={"concurrency": 4}))
     assert (quiet["layout"]["tp"], quiet["layout"]["pp"]) == (8, 1)
     assert "NCCL_P2P_LEVEL" not in quiet["env"]    # no cross-socket P2P without a preflight proving it
 
