@@ -1,5 +1,5 @@
 """layout: tune on the lab with the field spec (tests/lab/tunelab.py: host tfield, ssh 2391, server 33900, repository
-18099). The simulator's truth is set against the model (lab_sim_layout_speed): the model's second choice, tp8ep8, is
+18099). The simulator's truth is set against the model (lab_sim_layout_speed): the model's second choice, tp8, is
 truly the fastest. `deploy.yml -e layout=tune` must end with it running (the test fails if the tune keeps the model's
 pick), plan.json `source: measured`, FINDINGS.md with predicted and measured figures; a second tune measures and
 relaunches nothing; a candidate that crashes at load (SGLANG_SIM_FAULT crash_during_load@LAYOUT) is recorded and the
@@ -24,9 +24,10 @@ from tunelab import TUNE
 
 LAB_MISSING = os.geteuid() != 0 or not shutil.which("systemd-nspawn") or not shutil.which("debootstrap")
 pytestmark = [pytest.mark.lab, pytest.mark.skipif(LAB_MISSING, reason="needs root, systemd-nspawn, debootstrap")]
-# The model's choice at the lab workload (tests/unit/plugins/module_utils/test_tune.py): tp4pp2 first, then tp8ep8 and tp2pp4.
-MODEL_PICK, TRUE_WINNER, CANDIDATES = "tp4pp2", "tp8ep8", ["tp4pp2", "tp8ep8", "tp2pp4"]
-SPEED = "tp8ep8=3,tp4pp2=0.5,tp2pp4=0.4"
+# The model's choice at the lab workload (tests/unit/plugins/module_utils/test_tune.py): tp4pp2 first, then tp8 and
+# tp4pp2ep4.
+MODEL_PICK, TRUE_WINNER, CANDIDATES = "tp4pp2", "tp8", ["tp4pp2", "tp8", "tp4pp2ep4"]
+SPEED = "tp8=3,tp4pp2=0.5,tp4pp2ep4=0.4"
 
 
 @pytest.fixture(scope="module")
