@@ -32,9 +32,9 @@ def rolling_decide(plan, plans, states, gateway_unit):
                           (states or {}).get(gateway_unit) == "active")
 
 
-def rolling_failed(replica, step, why, done):
+def rolling_failed(replica, step, why, done, rolled_back=True):
     """The one line a rolling relaunch stopped at `replica` fails with (rolling.failed)."""
-    return rolling.failed(replica, step, why, done or [])
+    return rolling.failed(replica, step, why, done or [], bool(rolled_back))
 
 
 class FilterModule:

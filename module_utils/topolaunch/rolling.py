@@ -103,12 +103,15 @@ def sequence(wanted):
     return [(int(r["index"]), step) for r in sorted(wanted or [], key=lambda r: int(r["index"])) for step in STEPS]
 
 
-def failed(replica, step, why, done):
+def failed(replica, step, why, done, rolled_back=True):
     """The one-line failure of a rolling relaunch stopped at `replica`'s `step`: it names the replica (unit and
     index), what failed, what became of it (a failed remove or drain stopped nothing: it still runs its old plan;
-    a later step rolled it back) and which replicas were replaced before it (`done`)."""
+    a later step rolled it back, unless there was nothing to roll back to: `rolled_back` false, when its last good
+    plan is the one that failed, as in a restart of an unchanged layout) and which replicas were replaced before it
+    (`done`)."""
     what = ("it was not stopped and still runs its plan" if step in ("remove", "drain")
-            else "it was rolled back to its last good plan")
+            else "it was rolled back to its last good plan" if rolled_back
+            else "it was not rolled back and does not serve")
     return ("rolling relaunch stopped at replica %s (%s), step %s: %s; %s, replicas replaced before it: %s"
             % (replica.get("index"), replica.get("unit"), step, why, what, ", ".join(str(i) for i in done) or "none"))
 

@@ -179,6 +179,10 @@ def test_a_failure_names_the_replica_and_what_was_done_before_it():
     assert "replica 1 (topolaunch-sglang@1.service), step health" in msg and "before it: 0" in msg
     assert "\n" not in msg
     assert "rolled back to its last good plan" in msg
+    # a restart of an unchanged layout: its last good plan is the one that failed, nothing was rolled back
+    down = rolling.failed(TWO[1], "health", "x -- No rollback: the last known good plan is the one that failed.", [0],
+                          rolled_back=False)
+    assert "it was not rolled back and does not serve" in down and "rolled back to" not in down.split(";", 1)[1]
     drained = rolling.failed(TWO[0], "drain", "x", [])
     assert drained.endswith("it was not stopped and still runs its plan, replicas replaced before it: none")
 
