@@ -131,10 +131,13 @@ def test_server_dying_after_requests_is_restarted_by_systemd(host, good_tp8, tp4
     assert rc == 0, out[-4000:]
     first = host.ssh("systemctl show -p InvocationID --value %s" % UNIT).strip()
     port = tp4pp2["port"]
-    # health's own /generate and its answer probe were the first two requests: the server answers two more, then dies.
+    # health's own /generate and its answer probe were the first two requests; the watchdog's timer may ask its own
+    # answer probe of this new start at any moment (a user request too): the server answers one or two of ours, then
+    # dies, and no later request is answered.
     codes = host.ssh("for i in 1 2 3 4; do curl -s -m 5 -o /dev/null -w '%%{http_code} ' http://127.0.0.1:%d/generate "
-                     "-d '{\"text\": \"hi\", \"sampling_params\": {\"max_new_tokens\": 2}}'; done; true" % port)
-    assert codes.split() == ["200", "200", "000", "000"], codes
+                     "-d '{\"text\": \"hi\", \"sampling_params\": {\"max_new_tokens\": 2}}'; done; true" % port).split()
+    answered = codes.index("000") if "000" in codes else len(codes)
+    assert 1 <= answered <= 2 and codes[answered:] == ["000"] * (4 - answered), codes
     restarted = host.ssh(
         "timeout 60 sh -c 'until [ \"$(systemctl show -p InvocationID --value %s)\" != %s ] && "
         "[ \"$(systemctl is-active %s)\" = active ]; do sleep 0.2; done' && systemctl show -p NRestarts --value %s"
