@@ -216,6 +216,13 @@ stage:
   description: C(health).
   returned: always
   type: str
+lock_released:
+  description: The relaunch lock's holder this call ended (O(release_lock)) as C(<pid> <starttime>), empty when it
+    ended none (none held, another run's, a chunk still waiting, check mode); the relaunch compares it with the
+    holder its validate took (M(topolaunch.sglang.sglang_launch)'s C(relaunch_lock_holder)) and skips its own
+    release call when they are the same.
+  returned: always
+  type: str
 verified:
   description: True when /health, /model_info and /generate passed in this call.
   returned: when verified
@@ -267,7 +274,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.topolaunch.sglang.plugins.module_utils.constants import (
     CURRENT_PLAN, LAST_GOOD_PLAN, STATE_DIR, UNIT_NAME, state_file)
 from ansible_collections.topolaunch.sglang.plugins.module_utils.health import HealthError, check, probe_settings
-from ansible_collections.topolaunch.sglang.plugins.module_utils.relaunch_lock import release
+from ansible_collections.topolaunch.sglang.plugins.module_utils.relaunch_lock import holder, holder_id, release
 
 ARGUMENT_SPEC = {
     "unit_name": {"type": "str", "default": UNIT_NAME, "aliases": ["unit"]},
@@ -314,12 +321,18 @@ def main():
                        prompt=p["prompt"], max_new_tokens=p["max_new_tokens"], mode=p["mode"], record=p["record"],
                        probe=probe)
     except HealthError as exc:
-        if p["release_lock"] and not module.check_mode:
-            release(p["release_lock"], p["release_lock_owner"])
-        module.fail_json(msg=str(exc), stage="health", **exc.result)
-    if p["release_lock"] and not module.check_mode and result.get("state") == "ready":
-        release(p["release_lock"], p["release_lock_owner"])   # a chunk still waiting keeps it
-    module.exit_json(changed=result.get("last_good_changed", False), stage="health", **result)
+        module.fail_json(msg=str(exc), stage="health", lock_released=end_lock(p, module.check_mode), **exc.result)
+    # a chunk still waiting keeps the lock
+    released = end_lock(p, module.check_mode) if result.get("state") == "ready" else ""
+    module.exit_json(changed=result.get("last_good_changed", False), stage="health", lock_released=released, **result)
+
+
+def end_lock(p, check_mode):
+    """Release the relaunch lock of O(release_lock_owner)'s run; the holder ended ("<pid> <starttime>"), or ''."""
+    if not p["release_lock"] or check_mode:
+        return ""
+    held = holder(p["release_lock"])
+    return holder_id(held) if held is not None and release(p["release_lock"], p["release_lock_owner"]) else ""
 
 
 if __name__ == "__main__":

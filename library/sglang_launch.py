@@ -151,6 +151,13 @@ options:
     type: str
     choices: [checked, started]
     default: checked
+  list_units:
+    description:
+      - Shell patterns of unit file names in O(unit_dir) to list in the result (C(units_present)); the relaunch reads
+        its units of the other shape this way in the validate call instead of a call of its own. Empty = none listed.
+    type: list
+    elements: str
+    default: []
   journal_lines:
     description: How many journal lines a failed start shows.
     type: int
@@ -252,6 +259,17 @@ written:
   returned: success
   type: list
   elements: str
+units_present:
+  description: The names in O(unit_dir) that match O(list_units), sorted.
+  returned: success, with O(list_units)
+  type: list
+  elements: str
+relaunch_lock_holder:
+  description: O(state=checked) with O(relaunch_lock) - the process holding the lock for this run, as
+    C(<pid> <starttime>) (empty when none was taken); the health call that ends it says the same
+    (M(topolaunch.sglang.sglang_health)'s C(lock_released)).
+  returned: success
+  type: str
 actions:
   description: systemctl actions run, in order (daemon-reload, reset-failed, enable, disable, restart; in check
     mode, those that would run).
@@ -265,7 +283,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.topolaunch.sglang.plugins.module_utils.cleanup import CleanupError, cleanup
 from ansible_collections.topolaunch.sglang.plugins.module_utils.launch import (
     DEFAULTS, LaunchError, config_values, env_values, launch, rollback_facts)
-from ansible_collections.topolaunch.sglang.plugins.module_utils.relaunch_lock import acquire, release
+from ansible_collections.topolaunch.sglang.plugins.module_utils.relaunch_lock import acquire, holder, holder_id, release
 from ansible_collections.topolaunch.sglang.plugins.module_utils.topology import TopologyError, import_nvml
 
 ARGUMENT_SPEC = {
@@ -295,6 +313,7 @@ ARGUMENT_SPEC = {
                                                   "seconds": {"type": "float", "required": True},
                                                   "owner": {"type": "str", "default": ""},
                                                   "wait": {"type": "float", "default": 120.0}}},
+    "list_units": {"type": "list", "elements": "str", "default": []},
     "journal_lines": {"type": "int", "default": DEFAULTS["journal_lines"]},
     "secret_env_keys": {"type": "list", "elements": "str", "default": ["HF_TOKEN", "TOPOLAUNCH_API_KEY"],
                         "no_log": False},
@@ -329,9 +348,11 @@ def main():
                                  stage="cleanup")
     lock = p.pop("relaunch_lock")
     lock = lock if lock and p["state"] == "checked" and not module.check_mode else None
+    held = ""
     if lock:
         try:
             acquire(lock["path"], lock["seconds"], wait=lock["wait"], owner=lock["owner"])
+            held = holder_id(holder(lock["path"]))
         except OSError as exc:
             module.fail_json(msg="relaunch_lock: %s; nothing was stopped" % exc, stage="validate")
     try:
@@ -344,7 +365,7 @@ def main():
         if p["state"] == "started" and isinstance(p["plan"], dict) and p["plan"]:
             failure.update(rollback_facts(p["state_dir"], p["plan"], exc.result))   # for the relaunch's rollback
         module.fail_json(msg=str(exc), **failure)
-    module.exit_json(**result)
+    module.exit_json(relaunch_lock_holder=held, **result)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ Both states return the plan they act on (`plan`). Check mode: everything is read
 Plain Python 3.9+ stdlib; systemctl/journalctl through `run(argv) -> (rc, out, err)`; file owner through `owner`
 (uid, gid), root in production.
 """
+import fnmatch
 import json
 import os
 import pwd
@@ -544,6 +545,18 @@ def verify_unit(name, content, run=_run):
 
 # ------------------------------------------------------------------------------------------------- launch
 
+def units_present(unit_dir, patterns):
+    """The names in `unit_dir` that match one of the shell `patterns` (as ansible.builtin.find's patterns match a
+    file's name), sorted; [] when the directory does not exist. The validate call reads them for the relaunch, which
+    stops the units of the other shape (replicas after one server, one server after replicas) without a call of its
+    own."""
+    try:
+        names = os.listdir(unit_dir)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns))
+
+
 def launch(opts, check_mode=False, run=_run, owner=(0, 0), clean=None):
     """Validate (and with state `started` write and start) the unit; returns the module's result.
 
@@ -596,6 +609,8 @@ def launch(opts, check_mode=False, run=_run, owner=(0, 0), clean=None):
         # the unit's boot start already as asked (enabled): a kept server then needs no launch call at all
         "enabled_as_wanted": o["enabled"] is None or o["enabled"] == (props.get("UnitFileState") == "enabled"),
     }
+    if o.get("list_units"):
+        result["units_present"] = units_present(o["unit_dir"], o["list_units"])
     if o["state"] == "checked":
         return result
     # A kept server keeps its record: current_plan.json says what the unit was started with.

@@ -20,7 +20,7 @@ import select
 import signal
 import time
 
-__all__ = ["acquire", "release", "holder", "held_by", "describe", "RELAUNCH_LOCK"]
+__all__ = ["acquire", "release", "holder", "holder_id", "held_by", "describe", "RELAUNCH_LOCK"]
 
 Holder = collections.namedtuple("Holder", "pid start deadline since owner")
 
@@ -46,6 +46,11 @@ def holder(path):
     except (OSError, ValueError, IndexError):
         return None
     return Holder(pid, start, deadline, since, owner) if _starttime(pid) == start else None
+
+
+def holder_id(held):
+    """A holder as "<pid> <starttime>" ('' for None): the same process, never a later one that reused its pid."""
+    return "" if held is None else "%d %s" % (held.pid, held.start)
 
 
 def describe(held):

@@ -37,6 +37,12 @@ def test_fault_during_load_rolls_back_to_the_last_good_layout(host, good_tp8, tp
     plan = host.plan()
     assert plan["layout"]["name"] == "tp8" and host.healthy(plan["port"])
     assert_only_the_unit_holds_gpus(host, plan)
+    assert lock_free(host)            # the rollback's validate took the lock again, its health ended it
+
+
+def lock_free(host):
+    """No holder keeps the relaunch lock (its flock) once a relaunch ended, whichever way: the watchdog may act."""
+    return host.ssh("flock -n /run/topolaunch/relaunch.lock echo free || echo held").strip() == "free"
 
 
 def test_a_server_answering_garbage_fails_health_and_rolls_back(host, good_tp8, tp4pp2, tmp_path):
@@ -67,8 +73,10 @@ def test_rollback_can_be_turned_off(host, good_tp8, tp4pp2, tmp_path):
     rc, out = host.relaunch("-e", host.fault_plan_file(tp4pp2, "crash_during_load", tmp_path),
                             "-e", "health_rollback=false")
     assert rc != 0 and "No rollback: rollback is off (health_rollback=false)" in out
+    assert lock_free(host)
     rc, out = host.relaunch("-e", "layout=tp8")
     assert rc == 0, out[-4000:]
+    assert lock_free(host)            # health ended it: the relaunch needed no release call of its own
 
 
 def test_a_failing_last_good_plan_is_not_rolled_back_to_itself(host, good_tp8):

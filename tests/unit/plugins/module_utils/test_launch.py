@@ -732,3 +732,20 @@ def test_a_config_key_the_plans_release_lacks_is_refused_naming_its_variable(hos
                config_content='watermark-config: "{\\"key\\": \\"s3cr3t\\"}"\n',
                sglang_version_file=str(host / "none.json"))
     assert res["replace"] is True
+
+
+def test_validate_lists_our_units_of_the_other_shape_in_the_same_call(host):
+    """The relaunch stops the other shape's units (stale_units) from the names the validate call lists: the single
+    unit, replica instances, the gateway, links too (a unit enabled by a link), nothing else of the directory."""
+    sd = Systemd(host)
+    units = host / "systemd"
+    for name in ("topolaunch-sglang@0.service", "topolaunch-sglang@1.service", "topolaunch-gateway.service",
+                 "ssh.service", "topolaunch-sglang@.service.d"):
+        (units / name).write_text("[Service]\n")
+    (units / "topolaunch-sglang@2.service").symlink_to(units / "topolaunch-sglang@1.service")
+    patterns = [UNIT, "topolaunch-sglang@*.service", "topolaunch-gateway.service"]
+    res = call(host, sd, state="checked", list_units=patterns)
+    assert res["units_present"] == ["topolaunch-gateway.service", "topolaunch-sglang@0.service",
+                                    "topolaunch-sglang@1.service", "topolaunch-sglang@2.service"]
+    assert "units_present" not in call(host, sd, state="checked")            # not asked: not listed
+    assert launch_mod.units_present(str(host / "nowhere"), patterns) == []

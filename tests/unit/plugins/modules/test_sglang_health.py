@@ -105,3 +105,34 @@ def test_module_runs_the_answer_probe_after_the_generation(state, ready_on_30000
     assert server.paths()[-1] == "/generate" and res["plan"] == PLAN
     assert yaml.safe_load(sglang_health.EXAMPLES)[-1]["topolaunch.sglang.sglang_health"]["answer_probe"] == {
         "prompt": "The capital of France is", "expect": "Paris"}
+
+
+def test_module_says_which_relaunch_lock_holder_it_ended(state, ready_on_30000, health_module, tmp_path):
+    """The relaunch skips its own release call when health ended the very holder its validate took: health says
+    which (pid and start time), nothing for another run's lock, a failed check ends it too, and check mode none."""
+    from ansible_collections.topolaunch.sglang.plugins.module_utils import relaunch_lock
+    state_dir, _ = state
+    lock = str(tmp_path / "run" / "relaunch.lock")
+    ours = "play Relaunch by ops@ctl (run 1)"
+    try:
+        relaunch_lock.acquire(lock, 60, owner="play Relaunch by ops@ctl (run 2)")
+        rc, res, _ = health_module(module_args(state_dir, release_lock=lock, release_lock_owner=ours),
+                                   Unit([(active(), LOG)]), Server())
+        assert rc == 0 and res["lock_released"] == "" and relaunch_lock.holder(lock) is not None  # not ours
+        relaunch_lock.acquire(lock, 60, owner=ours)
+        taken = relaunch_lock.holder_id(relaunch_lock.holder(lock))
+        rc, res, _ = health_module(module_args(state_dir, release_lock=lock, release_lock_owner=ours),
+                                   Unit([(active(), LOG)]), Server(), check_mode=True)
+        assert rc == 0 and res["lock_released"] == "" and relaunch_lock.holder(lock) is not None
+        rc, res, _ = health_module(module_args(state_dir, release_lock=lock, release_lock_owner=ours),
+                                   Unit([(active(), LOG)]), Server())
+        assert rc == 0 and res["state"] == "ready" and res["lock_released"] == taken and taken
+        assert relaunch_lock.holder(lock) is None
+        relaunch_lock.acquire(lock, 60, owner=ours)
+        taken = relaunch_lock.holder_id(relaunch_lock.holder(lock))
+        rc, res, _ = health_module(module_args(state_dir, release_lock=lock, release_lock_owner=ours),
+                                   Unit([(active(), LOG)]),
+                                   Server(generate=[(200, {"text": "", "meta_info": {"completion_tokens": 0}})]))
+        assert rc == 1 and res["lock_released"] == taken and relaunch_lock.holder(lock) is None
+    finally:
+        relaunch_lock.release(lock)

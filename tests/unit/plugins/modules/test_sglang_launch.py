@@ -97,11 +97,15 @@ def test_validate_takes_the_relaunch_lock_and_a_failed_validate_releases_it(host
     rc, out = launch_module(module_args(host, state="checked", relaunch_lock={"path": lock, "seconds": 60}), sd)
     try:
         assert rc == 0 and relaunch_lock.holder(lock) is not None   # held for the health step to release
+        # named as "<pid> <starttime>": the health call that ends it says the same, and the relaunch skips its release
+        assert out["relaunch_lock_holder"] == relaunch_lock.holder_id(relaunch_lock.holder(lock))
+        assert out["relaunch_lock_holder"].split()[0] == str(relaunch_lock.holder(lock).pid)
     finally:
         relaunch_lock.release(lock)
     rc, out = launch_module(module_args(host, state="checked", relaunch_lock={"path": lock, "seconds": 60}), sd,
                             check_mode=True)
     assert rc == 0 and relaunch_lock.holder(lock) is None           # check mode takes nothing
+    assert out["relaunch_lock_holder"] == ""
 
     # a failed validate releases it at once (nothing changes on the host, nothing to protect)
     holder_seen = []
