@@ -145,6 +145,28 @@ def test_a_replica_failing_health_at_its_rolling_relaunch_is_rolled_back_alone(h
     assert ready.get("healthy_workers") == 2, ready
 
 
+def test_a_sweep_from_replicas_to_one_server_stops_the_replicas(host, tp4dp2, tmp_path):
+    """One run that relaunches replicas and then one server (a sweep of tp4dp2 then tp8): the second relaunch stops
+    the other shape's units of what runs then (the replicas and the gateway), not of the first relaunch's plan,
+    which a fact of that relaunch still named."""
+    env = dict(__import__("os").environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    extra = {"layouts": ["tp4dp2", "tp8"], "topolaunch_model_path": "/srv/models/" + GW_MODEL,
+             "sweep_relaunch_winner": False, "topolaunch_results_dir": str(tmp_path / "results"),
+             "bench_concurrency": [1], "bench_min_prompts": 2, "bench_warmup_requests": 0,
+             "bench_input_len": 8, "bench_output_len": 8}
+    run = subprocess.run([str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(host.inventory),
+                          "playbooks/sweep.yml", "-e", json.dumps(extra)], cwd=ROOT, env=env, capture_output=True,
+                         text=True, check=False, timeout=900)
+    assert run.returncode == 0, run.stdout[-6000:]
+    # the gateway (smg's router takes ~7 s to exit on SIGTERM even idle) may outlast the lab's 10 s stop timeout and
+    # end "failed" (SIGKILLed): stopped either way
+    states = host.ssh("systemctl is-active %s %s %s || true" % (" ".join(REPLICAS), GATEWAY, UNIT)).split()
+    assert states[:2] == ["inactive", "inactive"] and states[2] != "active" and states[3] == "active", states
+    assert host.plan()["layout"]["name"] == "tp8"
+    rc, out = host.relaunch(*GW)          # the next test starts from the replicas
+    assert rc == 0, out[-6000:]
+
+
 def test_back_to_one_server_leaves_no_replica_or_gateway_unit(host, tp4dp2):
     rc, out = host.relaunch("-e", "layout=tp8")
     assert rc == 0, out[-6000:]
