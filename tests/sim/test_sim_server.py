@@ -206,7 +206,10 @@ def test_hang_after_requests_keeps_the_process_and_port_but_not_generation(lab):
                         SGLANG_HEALTH_CHECK_TIMEOUT="1").wait_ready()
     body = {"text": "a b", "sampling_params": {"max_new_tokens": 2}}
     assert [server.post("/generate", body)[0] for _ in range(2)] == [200, 200]
-    assert "hang_after_requests:2: 2 generation requests answered, the scheduler hangs now" in server.log()
+    # the simulator counts a request once its answer is sent (after it, as SGLang's scheduler would hang after the
+    # batch it finished): the line may follow the second answer by a moment (CI at load 10 read the log before it)
+    hangs = "hang_after_requests:2: 2 generation requests answered, the scheduler hangs now"
+    wait_for(lambda: hangs in server.log(), 10, "the hang's log line")
     with pytest.raises(OSError):  # socket.timeout / URLError: no answer
         server.post("/generate", body, timeout=2)
     t0 = time.monotonic()
